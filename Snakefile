@@ -1,0 +1,20 @@
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/corpus.smk"
+include: "rules/ingest.smk"
+include: "rules/retrieve.smk"
+include: "rules/diagnostics.smk"
+include: "rules/anchor.smk"
+
+
+rule all:
+    input:
+        get_final_output(),
+    default_target: True

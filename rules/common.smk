@@ -1,0 +1,52 @@
+import re
+import sys
+from pathlib import Path
+
+from snakemake.utils import validate
+
+sys.path.insert(0, workflow.basedir)
+
+from srb.config import check_config  # noqa: E402
+
+validate(config, workflow.source_path("../config/schema.yaml"))
+check_config(config)
+
+CORPORA = list(config["corpora"])
+SYSTEMS = config["systems"]
+MODALITIES = config["modalities"]
+BUDGETS = [str(b) for b in config["budgets"]]
+
+
+wildcard_constraints:
+    corpus="|".join(map(re.escape, CORPORA)),
+    system="|".join(SYSTEMS),
+    modality="|".join(MODALITIES),
+    budget="|".join(BUDGETS),
+
+
+def corpus_source(wildcards):
+    """The configured local source, when it exists; a missing one fails at run time, by name."""
+    path = config["corpora"][wildcards.corpus].get("path")
+    return [path] if path and Path(path).exists() else []
+
+
+def native_cell(wildcards):
+    if wildcards.budget == "native" or config["budget_mode"] != "calibrated":
+        return []
+    return f"results/{wildcards.corpus}/retrieval/{wildcards.system}/{wildcards.modality}/native.jsonl"
+
+
+def retrieval_cells(corpus):
+    return expand(
+        "results/{corpus}/retrieval/{system}/{modality}/{budget}.jsonl",
+        corpus=corpus,
+        system=SYSTEMS,
+        modality=MODALITIES,
+        budget=BUDGETS,
+    )
+
+
+def get_final_output():
+    return expand(
+        "results/{corpus}/diagnostics/retrieval.{ext}", corpus=CORPORA, ext=["csv", "md"]
+    )

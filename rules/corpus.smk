@@ -1,0 +1,17 @@
+rule prepare_corpus:
+    input:
+        corpus_source,
+    output:
+        papers="results/{corpus}/corpus/papers.jsonl",
+        questions="results/{corpus}/corpus/questions.jsonl",
+        manifest="results/{corpus}/corpus/manifest.json",
+        problems="results/{corpus}/corpus/import_problems.txt",
+    params:
+        spec=lambda wc: config["corpora"][wc.corpus],
+    log:
+        "results/logs/prepare_corpus/{corpus}.log",
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    script:
+        "../workflow/scripts/prepare_corpus.py"

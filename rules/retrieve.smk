@@ -1,0 +1,74 @@
+rule rank_bm25:
+    input:
+        questions="results/{corpus}/corpus/questions.jsonl",
+        index="results/{corpus}/index/{system}/bm25",
+    output:
+        ranking="results/{corpus}/rankings/{system}/bm25.jsonl",
+    params:
+        depth=config["retrieval"]["depth"],
+        k1=config["bm25"]["k1"],
+        b=config["bm25"]["b"],
+    log:
+        "results/logs/rank/{corpus}/{system}/bm25.log",
+    threads: config["bm25"]["threads"]
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    script:
+        "../workflow/scripts/rank_bm25.py"
+
+
+rule rank_dense:
+    input:
+        questions="results/{corpus}/corpus/questions.jsonl",
+        index="results/{corpus}/index/{system}/dense",
+    output:
+        ranking="results/{corpus}/rankings/{system}/dense.jsonl",
+    params:
+        depth=config["retrieval"]["depth"],
+        dense=config["dense"],
+    log:
+        "results/logs/rank/{corpus}/{system}/dense.log",
+    threads: config["dense"]["threads"]
+    resources:
+        mem_mb=4000,
+        runtime=60,
+        gpu=1 if config["dense"]["gpu"] else 0,
+    script:
+        "../workflow/scripts/rank_dense.py"
+
+
+rule rank_hybrid:
+    input:
+        bm25="results/{corpus}/rankings/{system}/bm25.jsonl",
+        dense="results/{corpus}/rankings/{system}/dense.jsonl",
+    output:
+        ranking="results/{corpus}/rankings/{system}/hybrid.jsonl",
+    params:
+        depth=config["retrieval"]["depth"],
+        rrf_k=config["retrieval"]["rrf_k"],
+    log:
+        "results/logs/rank/{corpus}/{system}/hybrid.log",
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../workflow/scripts/rank_hybrid.py"
+
+
+rule restore_context:
+    input:
+        ranking="results/{corpus}/rankings/{system}/{modality}.jsonl",
+        units="results/{corpus}/units/{system}.jsonl",
+        native=native_cell,
+    output:
+        cell="results/{corpus}/retrieval/{system}/{modality}/{budget}.jsonl",
+    params:
+        mode=config["budget_mode"],
+    log:
+        "results/logs/restore/{corpus}/{system}/{modality}/{budget}.log",
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../workflow/scripts/restore_context.py"

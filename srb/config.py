@@ -1,0 +1,35 @@
+"""Semantic config checks beyond the JSON schema: names that must exist, budgets that must parse."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from srb.retrieve import parse_budget
+from srb.systems import registry
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def check_config(config: dict[str, Any], source: str = "config") -> None:
+    known = registry()
+    for name in config.get("systems", []):
+        if name not in known:
+            raise ConfigError(
+                f"{source}: systems: unknown system {name!r}; known: {', '.join(sorted(known))}"
+            )
+    for budget in config.get("budgets", []):
+        try:
+            parse_budget(budget)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: budgets: {exc}") from None
+    for name, spec in config.get("corpora", {}).items():
+        loader = spec.get("loader", "canonical")
+        where = f"{source}: corpora.{name}"
+        if loader == "published" and not spec.get("published_name"):
+            raise ConfigError(f"{where}: the published loader needs 'published_name'")
+        if loader == "hf" and not (spec.get("path") or spec.get("source")):
+            raise ConfigError(f"{where}: the hf loader needs 'path' or 'source'")
+        if loader in ("canonical", "published", "evidence_inference") and not spec.get("path"):
+            raise ConfigError(f"{where}: the {loader} loader needs 'path'")

