@@ -85,14 +85,29 @@ def cell_row(questions: dict[str, Question], cell_file: str | Path) -> dict[str,
     }
 
 
-COLUMNS = ["corpus", "system", "modality", "budget", "n_questions", "n_with_evidence",
-           "evidence_recall", "source_paper_recall", "mean_units", "mean_requested_chars",
-           "mean_achieved_chars", "n_empty_context"]
+COLUMNS = [
+    "corpus",
+    "system",
+    "modality",
+    "budget",
+    "n_questions",
+    "n_with_evidence",
+    "evidence_recall",
+    "source_paper_recall",
+    "mean_units",
+    "mean_requested_chars",
+    "mean_achieved_chars",
+    "n_empty_context",
+]
 
 
-def retrieval_table(corpus_name: str, corpus_dir: str | Path,
-                    cells: Sequence[tuple[str, str, str, str | Path]],
-                    csv_out: str | Path, md_out: str | Path) -> list[dict[str, Any]]:
+def retrieval_table(
+    corpus_name: str,
+    corpus_dir: str | Path,
+    cells: Sequence[tuple[str, str, str, str | Path]],
+    csv_out: str | Path,
+    md_out: str | Path,
+) -> list[dict[str, Any]]:
     """cells: (system, modality, budget, cell file). Writes CSV and a Markdown rendering."""
     questions = {q.id: q for q in load_canonical(corpus_dir).questions}
     rows = [
@@ -105,8 +120,10 @@ def retrieval_table(corpus_name: str, corpus_dir: str | Path,
         writer.writerows(rows)
     with atomic_write(md_out) as fh:
         fh.write(f"# Retrieval diagnostics: {corpus_name}\n\n")
-        fh.write("LLM-free. evidence_recall = share of gold evidence characters inside the restored "
-                 "context; source_paper_recall = share of the question's source papers touched.\n\n")
+        fh.write(
+            "LLM-free. evidence_recall = share of gold evidence characters inside the restored "
+            "context; source_paper_recall = share of the question's source papers touched.\n\n"
+        )
         fh.write(markdown_table(rows, COLUMNS[1:]))
     return rows
 

@@ -19,8 +19,9 @@ from srb.units import Unit, make_units, unit_from_dict
 log = logging.getLogger(__name__)
 
 
-def build_units(corpus_dir: str | Path, system: str, units_file: str | Path,
-                ingest_log: str | Path) -> list[Unit]:
+def build_units(
+    corpus_dir: str | Path, system: str, units_file: str | Path, ingest_log: str | Path
+) -> list[Unit]:
     spec = get_system(system)
     corpus = load_canonical(corpus_dir)
     units = make_units(corpus.papers, spec.granularity, spec.unit_chars, spec.overlap)
@@ -57,8 +58,9 @@ def build_bm25(units_file: str | Path, index_dir: str | Path, threads: int = 1) 
     return build_lucene_index(((u.id, u.text) for u in units.values()), index_dir, threads)
 
 
-def build_dense(units_file: str | Path, index_dir: str | Path, dense_cfg: dict[str, Any],
-                threads: int = 1) -> int:
+def build_dense(
+    units_file: str | Path, index_dir: str | Path, dense_cfg: dict[str, Any], threads: int = 1
+) -> int:
     from srb.index.dense import Encoder, build_faiss_index, save_dense_index
 
     units = list(read_units(units_file).values())

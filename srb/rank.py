@@ -38,8 +38,15 @@ def read_ranking(path: str | Path) -> dict[str, list[Hit]]:
     return {r["question_id"]: [(d, s) for d, s in r["hits"]] for _, r in iter_jsonl(Path(path))}
 
 
-def rank_bm25(corpus_dir: str | Path, index_dir: str | Path, out: str | Path, depth: int,
-              k1: float, b: float, threads: int = 1) -> None:
+def rank_bm25(
+    corpus_dir: str | Path,
+    index_dir: str | Path,
+    out: str | Path,
+    depth: int,
+    k1: float,
+    b: float,
+    threads: int = 1,
+) -> None:
     from srb.index.lucene import BM25Searcher
 
     qids, texts = _questions(corpus_dir)
@@ -48,8 +55,14 @@ def rank_bm25(corpus_dir: str | Path, index_dir: str | Path, out: str | Path, de
     _write_ranking(out, qids, {q: sort_hits(h) for q, h in hits.items()})
 
 
-def rank_dense(corpus_dir: str | Path, index_dir: str | Path, out: str | Path, depth: int,
-               dense_cfg: dict[str, Any], threads: int = 1) -> None:
+def rank_dense(
+    corpus_dir: str | Path,
+    index_dir: str | Path,
+    out: str | Path,
+    depth: int,
+    dense_cfg: dict[str, Any],
+    threads: int = 1,
+) -> None:
     from srb.index.dense import DenseSearcher, Encoder
 
     qids, texts = _questions(corpus_dir)
@@ -61,8 +74,9 @@ def rank_dense(corpus_dir: str | Path, index_dir: str | Path, out: str | Path, d
     _write_ranking(out, qids, {q: sort_hits(h) for q, h in hits.items()})
 
 
-def rank_hybrid(bm25_file: str | Path, dense_file: str | Path, out: str | Path, depth: int,
-                k: int = 60) -> None:
+def rank_hybrid(
+    bm25_file: str | Path, dense_file: str | Path, out: str | Path, depth: int, k: int = 60
+) -> None:
     bm25, dense = read_ranking(bm25_file), read_ranking(dense_file)
     if bm25.keys() != dense.keys():
         raise ValueError(f"{bm25_file} and {dense_file} rank different question sets")
@@ -70,8 +84,15 @@ def rank_hybrid(bm25_file: str | Path, dense_file: str | Path, out: str | Path, 
     _write_ranking(out, list(bm25), fused)
 
 
-def restore_cell(ranking_file: str | Path, units_file: str | Path, system: str, budget: str,
-                 mode: str, out: str | Path, native_file: str | Path | None = None) -> None:
+def restore_cell(
+    ranking_file: str | Path,
+    units_file: str | Path,
+    system: str,
+    budget: str,
+    mode: str,
+    out: str | Path,
+    native_file: str | Path | None = None,
+) -> None:
     """Write one retrieval cell: per question, the restored units, scores, spans and context."""
     ranking = read_ranking(ranking_file)
     units = read_units(units_file)
@@ -91,6 +112,7 @@ def restore_cell(ranking_file: str | Path, units_file: str | Path, system: str, 
         raise ValueError(f"unknown budget mode {mode!r}")
     short = [c for c in cells if c.top_k and len(c.hits) < c.top_k]
     if short:
-        log.warning("%d questions got fewer units than top_k (ranking depth or corpus size)",
-                    len(short))
+        log.warning(
+            "%d questions got fewer units than top_k (ranking depth or corpus size)", len(short)
+        )
     write_jsonl(out, (c.to_record(units) for c in cells))

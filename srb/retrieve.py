@@ -114,13 +114,16 @@ class Restored:
         }
 
 
-def restore_top_k(qid: str, hits: Sequence[Hit], units: Mapping[str, Unit], top_k: int,
-                  requested: int | None) -> Restored:
+def restore_top_k(
+    qid: str, hits: Sequence[Hit], units: Mapping[str, Unit], top_k: int, requested: int | None
+) -> Restored:
     chosen = list(hits[:top_k])
     return Restored(qid, chosen, [units[u].text for u, _ in chosen], requested, top_k, False)
 
 
-def restore_packed(qid: str, hits: Sequence[Hit], units: Mapping[str, Unit], budget: int) -> Restored:
+def restore_packed(
+    qid: str, hits: Sequence[Hit], units: Mapping[str, Unit], budget: int
+) -> Restored:
     """Fill exactly up to `budget` characters in rank order; the last unit is cut to fit."""
     chosen: list[Hit] = []
     texts: list[str] = []

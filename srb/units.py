@@ -45,7 +45,9 @@ def _snap_to_space(text: str, start: int, end: int, slack: float = 0.15) -> int:
 def window_spans(text: str, size: int, overlap: int, offset: int = 0) -> Iterator[tuple[int, int]]:
     """Overlapping windows of about `size` characters covering all of `text`."""
     if size <= 0 or not 0 <= overlap < size:
-        raise ValueError(f"need size > 0 and 0 <= overlap < size, got size={size} overlap={overlap}")
+        raise ValueError(
+            f"need size > 0 and 0 <= overlap < size, got size={size} overlap={overlap}"
+        )
     n, start = len(text), 0
     while start < n:
         end = _snap_to_space(text, start, min(start + size, n))

@@ -26,13 +26,23 @@ MEMGPT = """MemGPT treats the context window as a constrained memory resource.
 It pages data in and out, like an operating system.
 """
 
-QUERIES = """# Public AI memory: queries
+# one-line queries, as in the published files (built in two pieces to keep lines short)
+PQ1_LINE = (
+    'Query: "What structure does RAPTOR build over the documents?" Type: factual + mechanistic | '
+    "Difficulty: L1 Source notes: #05 RAPTOR"
+)
+PQ67_LINE = (
+    'Query: "Which paper introduced recursive summarization trees?" Type: factual | '
+    "Difficulty: L2 | Source notes: #05"
+)
+
+QUERIES = f"""# Public AI memory: queries
 
 ## L1 — Easy (2 queries)
 
 PQ1: What RAPTOR builds
 
-Query: "What structure does RAPTOR build over the documents?" Type: factual + mechanistic | Difficulty: L1 Source notes: #05 RAPTOR
+{PQ1_LINE}
 
 PQ2: LongMemEval size
 
@@ -78,10 +88,10 @@ RAPTOR builds a tree of summaries.
 2. "RAPTOR uses trees"
 """
 
-HOLDOUT_QUERIES = """## L2 — Medium (1 query)
+HOLDOUT_QUERIES = f"""## L2 — Medium (1 query)
 
 PQ67: Held out
-Query: "Which paper introduced recursive summarization trees?" Type: factual | Difficulty: L2 | Source notes: #05
+{PQ67_LINE}
 """
 
 HOLDOUT_TRUTH = """# Holdout ground truth
@@ -170,7 +180,9 @@ def test_ground_truth_and_evidence(published: Path) -> None:
     pq2 = qs["PQ2"]
     assert len(pq2.must_have) == 2
     [ev2] = pq2.evidence  # the second quote is not in the paper
-    assert texts["19_longmemeval"][ev2.start : ev2.end] == "LongMemEval contains 500 curated questions"
+    assert (
+        texts["19_longmemeval"][ev2.start : ev2.end] == "LongMemEval contains 500 curated questions"
+    )
 
     pq3 = qs["PQ3"]
     assert pq3.gold_answer.startswith("RAPTOR summarises; MemGPT pages.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,9 @@ from srb.data.schema import Corpus, DataError
 LOADERS = ("canonical", "hf", "published", "evidence_inference")
 
 
-def load_corpus(name: str, spec: dict[str, Any], base: str | Path = ".") -> tuple[Corpus, list[str]]:
+def load_corpus(
+    name: str, spec: dict[str, Any], base: str | Path = "."
+) -> tuple[Corpus, list[str]]:
     """Load corpus `name` as configured; returns it with the loader's list of parse problems."""
     loader = spec.get("loader", "canonical")
     path = spec.get("path")
@@ -30,7 +33,8 @@ def load_corpus(name: str, spec: dict[str, Any], base: str | Path = ".") -> tupl
     if loader == "published":
         from srb.data.published import load_published
 
-        return load_published(path, spec["published_name"])
+        corpus, problems = load_published(path, spec["published_name"])
+        return replace(corpus, name=name), problems
     if loader == "hf":
         from srb.data.hf import load_hf
 

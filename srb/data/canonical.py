@@ -56,7 +56,9 @@ def load_canonical(directory: str | Path, name: str | None = None) -> Corpus:
         except json.JSONDecodeError as exc:
             raise DataError(directory / MANIFEST, None, None, f"invalid JSON: {exc.msg}") from exc
     papers = tuple(paper_from_dict(r, papers_file, n) for n, r in iter_jsonl(papers_file))
-    questions = tuple(question_from_dict(r, questions_file, n) for n, r in iter_jsonl(questions_file))
+    questions = tuple(
+        question_from_dict(r, questions_file, n) for n, r in iter_jsonl(questions_file)
+    )
     corpus = Corpus(
         name=name or manifest.get("name") or directory.name,
         papers=papers,

@@ -86,7 +86,9 @@ def _questions(path: Path, records: Any, papers: dict[str, Paper]) -> list[Quest
             Question(
                 id=qid,
                 question=rec["question"],
-                gold_answer=gold_answer(rec["intervention"], rec["comparator"], rec["outcome"], label),
+                gold_answer=gold_answer(
+                    rec["intervention"], rec["comparator"], rec["outcome"], label
+                ),
                 must_have=(f"Reported difference: {label}", *dict.fromkeys(quotes)),
                 paper_ids=(pid,),
                 tier="L1",

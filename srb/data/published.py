@@ -23,7 +23,6 @@ from srb.data.schema import (
     QUESTION_TYPES,
     Corpus,
     DataError,
-    EvidenceSpan,
     Paper,
     Question,
     paper_from_dict,
@@ -131,9 +130,10 @@ def load_published(root: str | Path, corpus: str) -> tuple[Corpus, list[str]]:
     )
     validate_corpus(result, full_text, bench / "queries.md")
     for p in problems:
-        log.warning("%s", p)
-    log.info(
-        "imported %s: %d papers, %d questions, %d problems",
+        log.debug("%s", p)
+    log.log(
+        logging.WARNING if problems else logging.INFO,
+        "imported %s: %d papers, %d questions, %d problems (returned to the caller)",
         corpus,
         len(papers),
         len(questions),
@@ -492,4 +492,4 @@ def _find_quote(quote: str, paper_ids: list[str], texts: dict[str, str]) -> dict
     return None
 
 
-__all__ = ["load_published", "EvidenceSpan"]
+__all__ = ["load_published", "LICENCE", "MIN_QUOTE_CHARS"]

@@ -210,7 +210,10 @@ def validate_corpus(corpus: Corpus, papers_file: str | Path, questions_file: str
         for i, ev in enumerate(q.evidence):
             if ev.paper_id not in papers:
                 raise DataError(
-                    questions_file, q.id, f"evidence[{i}].paper_id", f"unknown paper {ev.paper_id!r}"
+                    questions_file,
+                    q.id,
+                    f"evidence[{i}].paper_id",
+                    f"unknown paper {ev.paper_id!r}",
                 )
             n = len(papers[ev.paper_id].text)
             if ev.end > n:

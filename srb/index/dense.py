@@ -104,8 +104,9 @@ def save_dense_index(index: Any, ids: Sequence[str], directory: str | Path, meta
 
 
 class DenseSearcher:
-    def __init__(self, directory: str | Path, encoder: Encoder, use_gpu: bool = False,
-                 ef_search: int = 64):
+    def __init__(
+        self, directory: str | Path, encoder: Encoder, use_gpu: bool = False, ef_search: int = 64
+    ):
         import faiss
 
         directory = Path(directory)

@@ -21,7 +21,9 @@ log = logging.getLogger(__name__)
 Hit = tuple[str, float]
 
 
-def build_lucene_index(docs: Iterable[tuple[str, str]], index_dir: str | Path, threads: int = 1) -> int:
+def build_lucene_index(
+    docs: Iterable[tuple[str, str]], index_dir: str | Path, threads: int = 1
+) -> int:
     """Index (id, contents) pairs into `index_dir`; written beside it and renamed when complete."""
     prepare_jvm()
     from pyserini.pyclass import autoclass

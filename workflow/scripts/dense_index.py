@@ -9,5 +9,6 @@ from srb.joblog import job_logging  # noqa: E402
 
 wc = snakemake.wildcards
 with job_logging(snakemake.log[0], f"dense_index[{wc.corpus}/{wc.system}]"):
-    build_dense(snakemake.input.units, snakemake.output.index, snakemake.params.dense,
-                snakemake.threads)
+    build_dense(
+        snakemake.input.units, snakemake.output.index, snakemake.params.dense, snakemake.threads
+    )

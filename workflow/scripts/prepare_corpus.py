@@ -12,5 +12,9 @@ with job_logging(snakemake.log[0], f"prepare_corpus[{snakemake.wildcards.corpus}
     write_canonical(corpus, Path(snakemake.output.papers).parent)
     with atomic_write(snakemake.output.problems) as fh:
         fh.writelines(f"{p}\n" for p in problems)
-    log.info("%d papers, %d questions, %d import problems", len(corpus.papers),
-             len(corpus.questions), len(problems))
+    log.info(
+        "%d papers, %d questions, %d import problems",
+        len(corpus.papers),
+        len(corpus.questions),
+        len(problems),
+    )

@@ -7,5 +7,12 @@ from srb.rank import rank_bm25
 
 wc, p = snakemake.wildcards, snakemake.params
 with job_logging(snakemake.log[0], f"rank_bm25[{wc.corpus}/{wc.system}]"):
-    rank_bm25(Path(snakemake.input.questions).parent, snakemake.input.index,
-              snakemake.output.ranking, p.depth, p.k1, p.b, snakemake.threads)
+    rank_bm25(
+        Path(snakemake.input.questions).parent,
+        snakemake.input.index,
+        snakemake.output.ranking,
+        p.depth,
+        p.k1,
+        p.b,
+        snakemake.threads,
+    )

@@ -11,5 +11,11 @@ from srb.rank import rank_dense  # noqa: E402
 
 wc, p = snakemake.wildcards, snakemake.params
 with job_logging(snakemake.log[0], f"rank_dense[{wc.corpus}/{wc.system}]"):
-    rank_dense(Path(snakemake.input.questions).parent, snakemake.input.index,
-               snakemake.output.ranking, p.depth, p.dense, snakemake.threads)
+    rank_dense(
+        Path(snakemake.input.questions).parent,
+        snakemake.input.index,
+        snakemake.output.ranking,
+        p.depth,
+        p.dense,
+        snakemake.threads,
+    )

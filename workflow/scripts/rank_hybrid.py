@@ -5,5 +5,6 @@ from srb.rank import rank_hybrid
 
 wc, p = snakemake.wildcards, snakemake.params
 with job_logging(snakemake.log[0], f"rank_hybrid[{wc.corpus}/{wc.system}]"):
-    rank_hybrid(snakemake.input.bm25, snakemake.input.dense, snakemake.output.ranking,
-                p.depth, p.rrf_k)
+    rank_hybrid(
+        snakemake.input.bm25, snakemake.input.dense, snakemake.output.ranking, p.depth, p.rrf_k
+    )

@@ -5,6 +5,12 @@ from srb.rank import restore_cell
 
 wc = snakemake.wildcards
 with job_logging(snakemake.log[0], f"restore[{wc.corpus}/{wc.system}/{wc.modality}/{wc.budget}]"):
-    restore_cell(snakemake.input.ranking, snakemake.input.units, wc.system, wc.budget,
-                 snakemake.params.mode, snakemake.output.cell,
-                 snakemake.input.native or None)
+    restore_cell(
+        snakemake.input.ranking,
+        snakemake.input.units,
+        wc.system,
+        wc.budget,
+        snakemake.params.mode,
+        snakemake.output.cell,
+        snakemake.input.native or None,
+    )

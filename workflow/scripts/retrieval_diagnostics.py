@@ -8,5 +8,10 @@ from srb.joblog import job_logging
 wc = snakemake.wildcards
 with job_logging(snakemake.log[0], f"diagnostics[{wc.corpus}]"):
     cells = [(*g, f) for g, f in zip(snakemake.params.grid, snakemake.input.cells, strict=True)]
-    retrieval_table(wc.corpus, Path(snakemake.input.questions).parent, cells,
-                    snakemake.output.csv, snakemake.output.md)
+    retrieval_table(
+        wc.corpus,
+        Path(snakemake.input.questions).parent,
+        cells,
+        snakemake.output.csv,
+        snakemake.output.md,
+    )
