@@ -15,6 +15,6 @@ include: "rules/anchor.smk"
 
 
 rule all:
+    default_target: True
     input:
         get_final_output(),
-    default_target: True

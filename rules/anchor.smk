@@ -5,16 +5,18 @@ rule scifact_anchor:
     output:
         table="results/anchors/scifact.tsv",
         md="results/anchors/scifact.md",
-    params:
-        data=config["anchors"]["scifact"],
-        dense=config["dense"],
     log:
         "results/logs/anchors/scifact.log",
     benchmark:
         "results/benchmarks/anchors/scifact.tsv"
+    conda:
+        "../envs/srb.yaml"
     threads: 2
     resources:
         mem_mb=8000,
         runtime=60,
+    params:
+        data=config["anchors"]["scifact"],
+        dense=config["dense"],
     script:
         "../workflow/scripts/scifact_anchor.py"

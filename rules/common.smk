@@ -11,7 +11,7 @@ from srb.config import check_config  # noqa: E402
 validate(config, workflow.source_path("../config/schema.yaml"))
 check_config(config)
 
-CORPORA = list(config["corpora"])
+CORPORA = config["corpora"]
 SYSTEMS = config["systems"]
 MODALITIES = config["modalities"]
 BUDGETS = [str(b) for b in config["budgets"]]
@@ -26,7 +26,7 @@ wildcard_constraints:
 
 def corpus_source(wildcards):
     """The configured local source, when it exists; a missing one fails at run time, by name."""
-    path = config["corpora"][wildcards.corpus].get("path")
+    path = config["corpus_sources"][wildcards.corpus].get("path")
     return [path] if path and Path(path).exists() else []
 
 
@@ -48,5 +48,7 @@ def retrieval_cells(corpus):
 
 def get_final_output():
     return expand(
-        "results/{corpus}/diagnostics/retrieval.{ext}", corpus=CORPORA, ext=["csv", "md"]
+        "results/{corpus}/diagnostics/retrieval.{ext}",
+        corpus=CORPORA,
+        ext=["csv", "md"],
     )

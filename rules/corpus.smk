@@ -6,12 +6,14 @@ rule prepare_corpus:
         questions="results/{corpus}/corpus/questions.jsonl",
         manifest="results/{corpus}/corpus/manifest.json",
         problems="results/{corpus}/corpus/import_problems.txt",
-    params:
-        spec=lambda wc: config["corpora"][wc.corpus],
     log:
         "results/logs/prepare_corpus/{corpus}.log",
+    conda:
+        "../envs/srb.yaml"
     resources:
         mem_mb=4000,
         runtime=30,
+    params:
+        spec=lambda wc: config["corpus_sources"][wc.corpus],
     script:
         "../workflow/scripts/prepare_corpus.py"

@@ -9,14 +9,16 @@ rule retrieval_diagnostics:
             category="Retrieval",
         ),
         md="results/{corpus}/diagnostics/retrieval.md",
+    log:
+        "results/logs/diagnostics/{corpus}.log",
+    conda:
+        "../envs/srb.yaml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
     params:
         grid=lambda wc: [
             (s, m, b) for s in SYSTEMS for m in MODALITIES for b in BUDGETS
         ],
-    log:
-        "results/logs/diagnostics/{corpus}.log",
-    resources:
-        mem_mb=2000,
-        runtime=10,
     script:
         "../workflow/scripts/retrieval_diagnostics.py"

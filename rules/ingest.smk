@@ -7,6 +7,8 @@ rule build_units:
         ingest_log="results/{corpus}/units/{system}.ingest.json",
     log:
         "results/logs/build_units/{corpus}/{system}.log",
+    conda:
+        "../envs/srb.yaml"
     resources:
         mem_mb=4000,
         runtime=30,
@@ -19,17 +21,19 @@ rule bm25_index:
         units="results/{corpus}/units/{system}.jsonl",
     output:
         index=directory("results/{corpus}/index/{system}/bm25"),
-    params:
-        k1=config["bm25"]["k1"],
-        b=config["bm25"]["b"],
     log:
         "results/logs/bm25_index/{corpus}/{system}.log",
     benchmark:
         "results/benchmarks/bm25_index/{corpus}/{system}.tsv"
+    conda:
+        "../envs/srb.yaml"
     threads: config["bm25"]["threads"]
     resources:
         mem_mb=8000,
         runtime=120,
+    params:
+        k1=config["bm25"]["k1"],
+        b=config["bm25"]["b"],
     script:
         "../workflow/scripts/bm25_index.py"
 
@@ -39,16 +43,18 @@ rule dense_index:
         units="results/{corpus}/units/{system}.jsonl",
     output:
         index=directory("results/{corpus}/index/{system}/dense"),
-    params:
-        dense=config["dense"],
     log:
         "results/logs/dense_index/{corpus}/{system}.log",
     benchmark:
         "results/benchmarks/dense_index/{corpus}/{system}.tsv"
+    conda:
+        "../envs/srb.yaml"
     threads: config["dense"]["threads"]
     resources:
         mem_mb=8000,
         runtime=240,
         gpu=1 if config["dense"]["gpu"] else 0,
+    params:
+        dense=config["dense"],
     script:
         "../workflow/scripts/dense_index.py"

@@ -4,16 +4,18 @@ rule rank_bm25:
         index="results/{corpus}/index/{system}/bm25",
     output:
         ranking="results/{corpus}/rankings/{system}/bm25.jsonl",
-    params:
-        depth=config["retrieval"]["depth"],
-        k1=config["bm25"]["k1"],
-        b=config["bm25"]["b"],
     log:
         "results/logs/rank/{corpus}/{system}/bm25.log",
+    conda:
+        "../envs/srb.yaml"
     threads: config["bm25"]["threads"]
     resources:
         mem_mb=4000,
         runtime=60,
+    params:
+        depth=config["retrieval"]["depth"],
+        k1=config["bm25"]["k1"],
+        b=config["bm25"]["b"],
     script:
         "../workflow/scripts/rank_bm25.py"
 
@@ -24,16 +26,18 @@ rule rank_dense:
         index="results/{corpus}/index/{system}/dense",
     output:
         ranking="results/{corpus}/rankings/{system}/dense.jsonl",
-    params:
-        depth=config["retrieval"]["depth"],
-        dense=config["dense"],
     log:
         "results/logs/rank/{corpus}/{system}/dense.log",
+    conda:
+        "../envs/srb.yaml"
     threads: config["dense"]["threads"]
     resources:
         mem_mb=4000,
         runtime=60,
         gpu=1 if config["dense"]["gpu"] else 0,
+    params:
+        depth=config["retrieval"]["depth"],
+        dense=config["dense"],
     script:
         "../workflow/scripts/rank_dense.py"
 
@@ -44,14 +48,16 @@ rule rank_hybrid:
         dense="results/{corpus}/rankings/{system}/dense.jsonl",
     output:
         ranking="results/{corpus}/rankings/{system}/hybrid.jsonl",
-    params:
-        depth=config["retrieval"]["depth"],
-        rrf_k=config["retrieval"]["rrf_k"],
     log:
         "results/logs/rank/{corpus}/{system}/hybrid.log",
+    conda:
+        "../envs/srb.yaml"
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        depth=config["retrieval"]["depth"],
+        rrf_k=config["retrieval"]["rrf_k"],
     script:
         "../workflow/scripts/rank_hybrid.py"
 
@@ -63,12 +69,14 @@ rule restore_context:
         native=native_cell,
     output:
         cell="results/{corpus}/retrieval/{system}/{modality}/{budget}.jsonl",
-    params:
-        mode=config["budget_mode"],
     log:
         "results/logs/restore/{corpus}/{system}/{modality}/{budget}.log",
+    conda:
+        "../envs/srb.yaml"
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        mode=config["budget_mode"],
     script:
         "../workflow/scripts/restore_context.py"

@@ -24,9 +24,13 @@ def check_config(config: dict[str, Any], source: str = "config") -> None:
             parse_budget(budget)
         except ValueError as exc:
             raise ConfigError(f"{source}: budgets: {exc}") from None
-    for name, spec in config.get("corpora", {}).items():
+    sources = config.get("corpus_sources", {})
+    for name in config.get("corpora", []):
+        if name not in sources:
+            raise ConfigError(f"{source}: corpora: {name!r} has no entry under corpus_sources")
+    for name, spec in sources.items():
         loader = spec.get("loader", "canonical")
-        where = f"{source}: corpora.{name}"
+        where = f"{source}: corpus_sources.{name}"
         if loader == "published" and not spec.get("published_name"):
             raise ConfigError(f"{where}: the published loader needs 'published_name'")
         if loader == "hf" and not (spec.get("path") or spec.get("source")):

@@ -17,7 +17,7 @@ def load_corpus(
     """Load corpus `name` as configured; returns it with the loader's list of parse problems."""
     loader = spec.get("loader", "canonical")
     path = spec.get("path")
-    where = f"config corpora.{name}"
+    where = f"config corpus_sources.{name}"
     if path is not None:
         path = Path(base, path)
         if loader != "hf" and not path.exists():

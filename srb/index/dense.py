@@ -48,7 +48,7 @@ class Encoder:
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model = SentenceTransformer(self.path, device=device)
-        self.dim = int(self.model.get_sentence_embedding_dimension())
+        self.dim = int(self.model.get_embedding_dimension())
 
     def encode(
         self, texts: Sequence[str], batch_size: int = 32, progress: bool = False

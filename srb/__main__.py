@@ -1,0 +1,78 @@
+"""Command line: `python -m srb <command>` for the steps people run by hand."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+
+def _anchor(args: argparse.Namespace) -> int:
+    from srb.anchor import format_rows, run_anchor, write_anchor_table
+
+    rows = run_anchor(args.data, args.expected, {"encoder": args.encoder}, args.threads,
+                      set(args.only) if args.only else None)
+    print(format_rows(rows))
+    if args.out:
+        out = Path(args.out)
+        write_anchor_table(rows, out.with_suffix(".tsv"), out.with_suffix(".md"))
+    failed = [r for r in rows if r["grade"] == "FAIL"]
+    return 1 if failed else 0
+
+
+def _build_default(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import replace
+
+    from srb.data.canonical import write_canonical
+    from srb.data.evidence_inference import load_evidence_inference
+
+    corpus = load_evidence_inference(args.source, name=Path(args.out).name)
+    manifest_file = Path(args.out, "manifest.json")
+    if manifest_file.exists():  # keep the attribution fields written with the resource
+        corpus = replace(corpus, manifest=json.loads(manifest_file.read_text()))
+    write_canonical(corpus, args.out)
+    print(f"{len(corpus.papers)} papers, {len(corpus.questions)} questions -> {args.out}")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from srb.data.canonical import load_canonical
+
+    corpus = load_canonical(args.directory)
+    print(f"ok: {len(corpus.papers)} papers, {len(corpus.questions)} questions")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m srb", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("anchor", help="SciFact retrieval anchor, graded against expected values")
+    p.add_argument("--data", default="../shared/data/scifact")
+    p.add_argument("--expected", default="config/anchors/scifact.yaml")
+    p.add_argument("--only", nargs="*", help="condition names, e.g. bm25-flat")
+    p.add_argument("--encoder", default="minilm")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", help="write OUT.tsv and OUT.md")
+    p.set_defaults(func=_anchor)
+    p = sub.add_parser("build-default-corpus", help="convert Evidence Inference into canonical")
+    p.add_argument("source")
+    p.add_argument("out")
+    p.set_defaults(func=_build_default)
+    p = sub.add_parser("validate-corpus", help="load and validate a canonical corpus directory")
+    p.add_argument("directory")
+    p.set_defaults(func=_validate)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from srb.data.schema import DataError
+
+    try:
+        return args.func(args)
+    except (DataError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
