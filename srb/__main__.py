@@ -11,8 +11,13 @@ from pathlib import Path
 def _anchor(args: argparse.Namespace) -> int:
     from srb.anchor import format_rows, run_anchor, write_anchor_table
 
-    rows = run_anchor(args.data, args.expected, {"encoder": args.encoder}, args.threads,
-                      set(args.only) if args.only else None)
+    rows = run_anchor(
+        args.data,
+        args.expected,
+        {"encoder": args.encoder},
+        args.threads,
+        set(args.only) if args.only else None,
+    )
     print(format_rows(rows))
     if args.out:
         out = Path(args.out)

@@ -110,8 +110,13 @@ def grade(measured: float, expected: float | None, tolerance: float) -> str:
     return "OK" if abs(measured - expected) <= tolerance else "FAIL"
 
 
-def run_anchor(data_dir: str | Path, expected_yaml: str | Path, dense_cfg: dict[str, Any],
-               threads: int = 2, only: set[str] | None = None) -> list[dict[str, Any]]:
+def run_anchor(
+    data_dir: str | Path,
+    expected_yaml: str | Path,
+    dense_cfg: dict[str, Any],
+    threads: int = 2,
+    only: set[str] | None = None,
+) -> list[dict[str, Any]]:
     """Run every condition in the YAML (or those in `only`) and grade each metric."""
     spec = yaml.safe_load(Path(expected_yaml).read_text())
     tolerance = float(spec.get("tolerance", 0.0005))
@@ -121,8 +126,9 @@ def run_anchor(data_dir: str | Path, expected_yaml: str | Path, dense_cfg: dict[
     rows = []
     with tempfile.TemporaryDirectory(prefix="srb-scifact-") as tmp:
         builders: dict[str, Callable[[], Run]] = {
-            "bm25": lambda: bm25_run(data, Path(tmp), depth, spec["bm25"]["k1"], spec["bm25"]["b"],
-                                     threads),
+            "bm25": lambda: bm25_run(
+                data, Path(tmp), depth, spec["bm25"]["k1"], spec["bm25"]["b"], threads
+            ),
             "dense": lambda: dense_run(data, depth, dense_cfg, threads),
             "hybrid": lambda: {
                 q: rrf([runs["bm25"][q], runs["dense"][q]], k=spec.get("rrf_k", 60), depth=depth)
@@ -144,17 +150,20 @@ def run_anchor(data_dir: str | Path, expected_yaml: str | Path, dense_cfg: dict[
             metrics = evaluate(remove_self_hits(runs[modality]), data.qrels)
             for metric, value in metrics.items():
                 expected = condition.get("expected", {}).get(metric)
-                rows.append({
-                    "condition": name,
-                    "metric": metric,
-                    "measured": round(value, 4),
-                    "expected": expected,
-                    "grade": grade(value, expected, tolerance),
-                    "source": condition.get("source", ""),
-                    "seconds": round(seconds, 1),
-                })
-                log.info("%s %s %.4f expected %s -> %s", name, metric, value, expected,
-                         rows[-1]["grade"])
+                rows.append(
+                    {
+                        "condition": name,
+                        "metric": metric,
+                        "measured": round(value, 4),
+                        "expected": expected,
+                        "grade": grade(value, expected, tolerance),
+                        "source": condition.get("source", ""),
+                        "seconds": round(seconds, 1),
+                    }
+                )
+                log.info(
+                    "%s %s %.4f expected %s -> %s", name, metric, value, expected, rows[-1]["grade"]
+                )
     return rows
 
 

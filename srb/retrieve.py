@@ -71,12 +71,14 @@ def rrf(runs: Sequence[Sequence[Hit]], k: int = 60, depth: int | None = None) ->
     Ties break by the best rank a unit reached in any run, then by unit id, so the fused order
     never depends on dict iteration or input order.
     """
-    scores: dict[str, float] = {}
+    terms: dict[str, list[float]] = {}
     best_rank: dict[str, int] = {}
     for run in runs:
         for rank, (doc, _) in enumerate(run, start=1):
-            scores[doc] = scores.get(doc, 0.0) + 1.0 / (k + rank)
+            terms.setdefault(doc, []).append(1.0 / (k + rank))
             best_rank[doc] = min(best_rank.get(doc, rank), rank)
+    # fsum is correctly rounded, so equal rank multisets give bit-equal scores in any run order
+    scores = {doc: math.fsum(t) for doc, t in terms.items()}
     fused = sorted(scores.items(), key=lambda item: (-item[1], best_rank[item[0]], item[0]))
     if depth is not None:
         fused = fused[:depth]
@@ -144,7 +146,7 @@ def calibrated_top_k(budget: int, native_mean_unit_chars: float) -> int:
     """The paper's budget control: B / mean characters per unit measured on the native run."""
     if native_mean_unit_chars <= 0:
         raise ValueError("the native run restored no characters; cannot calibrate top_k")
-    return max(1, round(budget / native_mean_unit_chars))
+    return max(1, math.floor(budget / native_mean_unit_chars + 0.5))  # half rounds up
 
 
 def mean_unit_chars(native_records: Sequence[Mapping[str, Any]]) -> float:

@@ -50,7 +50,10 @@ def window_spans(text: str, size: int, overlap: int, offset: int = 0) -> Iterato
         )
     n, start = len(text), 0
     while start < n:
-        end = _snap_to_space(text, start, min(start + size, n))
+        raw_end = min(start + size, n)
+        end = _snap_to_space(text, start, raw_end)
+        if end < n and end - overlap <= start:  # snapping would nest the next window in this one
+            end = raw_end
         yield offset + start, offset + end
         if end >= n:
             break

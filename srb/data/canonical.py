@@ -72,7 +72,12 @@ def load_canonical(directory: str | Path, name: str | None = None) -> Corpus:
 def write_canonical(corpus: Corpus, directory: str | Path) -> None:
     """Write the three files atomically; validates first so nothing half-valid lands."""
     directory = Path(directory)
-    validate_corpus(corpus, directory / PAPERS, directory / QUESTIONS)
+    papers_file, questions_file = directory / PAPERS, directory / QUESTIONS
+    for n, paper in enumerate(corpus.papers, 1):  # the same per-record rules as loading
+        paper_from_dict(paper_to_dict(paper), papers_file, n)
+    for n, question in enumerate(corpus.questions, 1):
+        question_from_dict(question_to_dict(question), questions_file, n)
+    validate_corpus(corpus, papers_file, questions_file)
     directory.mkdir(parents=True, exist_ok=True)
     write_jsonl(directory / PAPERS, (paper_to_dict(p) for p in corpus.papers))
     write_jsonl(directory / QUESTIONS, (question_to_dict(q) for q in corpus.questions))

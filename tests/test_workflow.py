@@ -1,0 +1,282 @@
+"""Integration: the real workflow (Snakemake, Pyserini on the JVM, FAISS, the packaged encoder)
+on a tiny corpus this test writes, plus bad-input runs that must fail by name and leave nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+pytestmark = pytest.mark.integration
+
+TOPICS = {
+    "salt": "Dietary salt reduction lowered systolic blood pressure by 5 mmHg in hypertensive adults.",
+    "statin": "Statin therapy reduced LDL cholesterol and cardiovascular events over five years.",
+    "sleep": "Cognitive behavioural therapy for insomnia improved sleep efficiency in older adults.",
+    "malaria": "Bed nets treated with insecticide cut malaria incidence among children under five.",
+}
+
+
+def _paper_text(topic: str, sentence: str) -> str:
+    filler = " ".join(
+        f"Background sentence {i} about trial design and {topic} cohorts." for i in range(40)
+    )
+    return (
+        f"TITLE:\nA randomised trial on {topic}\n\nABSTRACT.BACKGROUND:\n{filler}\n\n"
+        f"BODY.RESULTS:\n{filler} {sentence} {filler}\n"
+    )
+
+
+def write_tiny_corpus(root: Path) -> Path:
+    corpus = root / "tiny"
+    corpus.mkdir(parents=True)
+    papers, questions = [], []
+    for topic, sentence in TOPICS.items():
+        text = _paper_text(topic, sentence)
+        papers.append(
+            {"id": f"P-{topic}", "title": topic, "text": text, "source": "test", "licence": "CC0"}
+        )
+        start = text.index(sentence)
+        questions.append(
+            {
+                "id": f"Q-{topic}",
+                "question": f"What did the trial find? {sentence.split(' by ')[0].split(' over ')[0]}",
+                "gold_answer": sentence,
+                "must_have": [sentence],
+                "paper_ids": [f"P-{topic}"],
+                "tier": "L1",
+                "types": ["factual"],
+                "evidence": [
+                    {"paper_id": f"P-{topic}", "start": start, "end": start + len(sentence)}
+                ],
+                "gold_label": None,
+            }
+        )
+    (corpus / "papers.jsonl").write_text("".join(json.dumps(p) + "\n" for p in papers))
+    (corpus / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
+    return corpus
+
+
+def write_config(root: Path, corpus: Path, **overrides) -> Path:
+    config = {
+        "corpora": ["tiny"],
+        "corpus_sources": {"tiny": {"loader": "canonical", "path": str(corpus)}},
+        "systems": ["simple_rag", "paper_rag"],
+        "modalities": ["dense", "bm25", "hybrid"],
+        "budgets": ["native", "2K", "5K"],
+        "budget_mode": "calibrated",
+        "retrieval": {"depth": 20, "rrf_k": 60},
+        "dense": {"threads": 1},
+        "bm25": {"threads": 1},
+    }
+    config.update(overrides)
+    path = root / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def snakemake(workdir: Path, config: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    return subprocess.run(
+        [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+         "--configfile", str(config), "--cores", "2", *args],
+        capture_output=True, text=True, env=env, timeout=900,
+    )  # fmt: skip
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wf")
+    corpus = write_tiny_corpus(root)
+    config = write_config(root, corpus)
+    proc = snakemake(root, config)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return root, corpus, config
+
+
+def test_grid_outputs_and_traceable_context(tiny_run):
+    root, corpus, _ = tiny_run
+    papers = {p["id"]: p["text"] for p in read_jsonl(corpus / "papers.jsonl")}
+    for system in ("simple_rag", "paper_rag"):
+        for modality in ("dense", "bm25", "hybrid"):
+            for budget in ("native", "2K", "5K"):
+                cell = root / f"results/tiny/retrieval/{system}/{modality}/{budget}.jsonl"
+                records = read_jsonl(cell)
+                assert [r["question_id"] for r in records] == [f"Q-{t}" for t in TOPICS]
+                for r in records:
+                    assert all(a > b for a, b in zip(r["scores"], r["scores"][1:], strict=False))
+                    pieces = [papers[p][s:e] for p, s, e in r["spans"]]
+                    assert r["context"] == "\n\n".join(pieces)
+                    assert r["achieved_chars"] == sum(len(x) for x in pieces) > 0
+                    assert r["requested_chars"] == {"native": None, "2K": 2000, "5K": 5000}[budget]
+
+
+def test_bm25_finds_the_evidence_and_diagnostics_table(tiny_run):
+    root, _, _ = tiny_run
+    native = read_jsonl(root / "results/tiny/retrieval/paper_rag/bm25/native.jsonl")
+    assert [r["spans"][0][0] for r in native] == [f"P-{t}" for t in TOPICS]
+    rows = (root / "results/tiny/diagnostics/retrieval.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert len(rows) == 1 + 2 * 3 * 3
+    table = [dict(zip(header, row.split(","), strict=True)) for row in rows[1:]]
+    paper_bm25 = next(
+        r
+        for r in table
+        if r["system"] == "paper_rag" and r["modality"] == "bm25" and r["budget"] == "native"
+    )
+    assert float(paper_bm25["evidence_recall"]) == 1.0
+    assert float(paper_bm25["source_paper_recall"]) == 1.0
+    ingest = json.loads((root / "results/tiny/units/simple_rag.ingest.json").read_text())
+    assert ingest["n_papers"] == 4 and ingest["n_units"] > 4
+
+
+def test_hybrid_is_rrf_of_the_two_channels(tiny_run):
+    from srb.retrieve import rrf
+
+    root, _, _ = tiny_run
+    rank = root / "results/tiny/rankings/simple_rag"
+    bm25, dense, hybrid = (read_jsonl(rank / f"{m}.jsonl") for m in ("bm25", "dense", "hybrid"))
+    for b, d, h in zip(bm25, dense, hybrid, strict=True):
+        expected = rrf(
+            [[tuple(x) for x in b["hits"]], [tuple(x) for x in d["hits"]]], k=60, depth=20
+        )
+        assert [x[0] for x in h["hits"]] == [x[0] for x in expected]
+        assert {x[0] for x in b["hits"][:3]} & {x[0] for x in h["hits"][:6]}
+        assert {x[0] for x in d["hits"][:3]} & {x[0] for x in h["hits"][:6]}
+
+
+def test_rerun_has_nothing_to_do(tiny_run):
+    root, _, config = tiny_run
+    proc = snakemake(root, config, "-n")
+    assert proc.returncode == 0
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_pack_mode_hits_budget_exactly(tmp_path):
+    corpus = write_tiny_corpus(tmp_path)
+    config = write_config(tmp_path, corpus, systems=["simple_rag"], modalities=["bm25"],
+                          budgets=["3K"], budget_mode="pack")  # fmt: skip
+    proc = snakemake(tmp_path, config)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in read_jsonl(tmp_path / "results/tiny/retrieval/simple_rag/bm25/3K.jsonl"):
+        assert r["achieved_chars"] == 3000 and r["requested_chars"] == 3000
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda p, q: (p + [p[0]], q), ["papers.jsonl", "P-salt", "'id'", "duplicate paper id"]),
+        (
+            lambda p, q: ([{**p[0], "text": "  "}, *p[1:]], q),
+            ["papers.jsonl", "P-salt", "'text'", "empty paper"],
+        ),
+        (
+            lambda p, q: (
+                p,
+                [{**q[0], "evidence": [{"paper_id": "P-salt", "start": 5, "end": 10**6}]}, *q[1:]],
+            ),
+            ["questions.jsonl", "Q-salt", "evidence[0].end", "outside paper"],
+        ),
+        (
+            lambda p, q: (p, [{**q[0], "paper_ids": ["P-nope"]}, *q[1:]]),
+            ["questions.jsonl", "Q-salt", "'paper_ids'", "unknown paper"],
+        ),
+        (lambda p, q: (p, q + [q[0]]), ["questions.jsonl", "Q-salt", "duplicate question id"]),
+    ],
+    ids=["duplicate-paper", "empty-paper", "offset-outside", "unknown-paper", "duplicate-question"],
+)
+def test_bad_corpus_fails_by_name_and_leaves_no_output(tmp_path, mutate, expected):
+    corpus = write_tiny_corpus(tmp_path)
+    papers, questions = mutate(
+        read_jsonl(corpus / "papers.jsonl"), read_jsonl(corpus / "questions.jsonl")
+    )
+    (corpus / "papers.jsonl").write_text("".join(json.dumps(p) + "\n" for p in papers))
+    (corpus / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
+    config = write_config(tmp_path, corpus)
+    proc = snakemake(tmp_path, config, "results/tiny/corpus/papers.jsonl")
+    assert proc.returncode != 0
+    message = proc.stdout + proc.stderr
+    for fragment in expected:
+        assert fragment in message, message[-3000:]
+    assert (
+        not list((tmp_path / "results/tiny/corpus").glob("*.jsonl"))
+        if (tmp_path / "results/tiny/corpus").exists()
+        else True
+    )
+
+
+def test_malformed_json_line_is_named(tmp_path):
+    corpus = write_tiny_corpus(tmp_path)
+    with open(corpus / "questions.jsonl", "a") as fh:
+        fh.write("{not json\n")
+    proc = snakemake(tmp_path, write_config(tmp_path, corpus), "results/tiny/corpus/papers.jsonl")
+    assert proc.returncode != 0
+    assert "questions.jsonl, record line 5: invalid JSON" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ({"systems": ["simple_rag", "mem9"]}, "unknown system 'mem9'"),
+        ({"budgets": ["native", "-10K"]}, "budgets"),
+        ({"budgets": [-5]}, "budgets"),
+        ({"modalities": ["dense", "sparse"]}, "sparse"),
+        ({"corpora": ["tiny", "other"]}, "'other' has no entry under corpus_sources"),
+    ],
+    ids=[
+        "unknown-system",
+        "negative-budget-label",
+        "negative-budget-int",
+        "unknown-modality",
+        "unknown-corpus",
+    ],
+)
+def test_bad_config_stops_before_any_job(tmp_path, override, expected):
+    corpus = write_tiny_corpus(tmp_path)
+    proc = snakemake(tmp_path, write_config(tmp_path, corpus, **override), "-n")
+    assert proc.returncode != 0
+    assert expected in proc.stdout + proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_missing_corpus_source_fails_at_run_time_by_name(tmp_path):
+    missing = tmp_path / "not-there"
+    proc = snakemake(tmp_path, write_config(tmp_path, missing), "results/tiny/corpus/papers.jsonl")
+    assert proc.returncode != 0
+    assert str(missing) in proc.stdout + proc.stderr
+
+
+def test_paper_grid_dry_run_without_corpora():
+    proc = subprocess.run(
+        [*SNAKEMAKE, "-n", "--configfile", "config/paper.yaml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    assert "results/paim/retrieval/simple_rag/hybrid/50K.jsonl" in out
+    assert "results/ptr/retrieval/paper_rag/dense/native.jsonl" in out
+    counts = dict(
+        line.split()[:2]
+        for line in out.splitlines()
+        if line.split()[:1] in (["restore_context"], ["prepare_corpus"])
+    )
+    assert counts == {"prepare_corpus": "2", "restore_context": str(2 * 3 * 2 * 4)}
