@@ -25,9 +25,14 @@ wildcard_constraints:
 
 
 def corpus_source(wildcards):
-    """The configured local source, when it exists; a missing one fails at run time, by name."""
+    """The configured local source's files, so editing one reruns the import; a missing source
+    fails at run time with its path named (a dry run still shows the whole grid)."""
     path = config["corpus_sources"][wildcards.corpus].get("path")
-    return [path] if path and Path(path).exists() else []
+    if not path or not Path(path).exists():
+        return []
+    if Path(path).is_dir():
+        return sorted(str(f) for f in Path(path).rglob("*") if f.is_file())
+    return [path]
 
 
 def native_cell(wildcards):

@@ -48,3 +48,18 @@ def test_scifact_bm25_reproduces_published_ndcg(tmp_path):
     assert abs(measured["nDCG@10"][0] - 0.6789) <= 0.0005 and measured["nDCG@10"][1] == "OK"
     assert abs(measured["R@100"][0] - 0.9253) <= 0.0005 and measured["R@100"][1] == "OK"
     assert "bm25-flat        nDCG@10    0.6789   0.6789  OK" in proc.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not SCIFACT.is_dir(), reason="../shared/data/scifact not present")
+def test_throughput_bench_runs_on_tiny_input():
+    proc = subprocess.run(
+        [sys.executable, "bench/retrieval_throughput.py", "--max-docs", "150", "--max-queries", "20",
+         "--repeats", "1"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("SciFact: 150 docs, 20 queries")
+    assert any(line.startswith("bm25 (Pyserini/Lucene)") and "x bm25s" in line for line in lines)
+    assert any(line.startswith("hybrid (RRF k=60)") for line in lines)
