@@ -1,0 +1,167 @@
+"""Chat backends behind one interface: an OpenAI-compatible endpoint (a local vLLM server or any
+hosted one) and in-process transformers. Each call has a timeout; transient failures are retried
+a bounded number of times with exponential backoff, then raised with the model named."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    messages: list[dict[str, str]]
+    max_tokens: int = 256
+    temperature: float = 0.0
+    seed: int = 0
+    json_schema: dict[str, Any] | None = None
+
+    def sampling(self) -> dict[str, Any]:
+        return {"max_tokens": self.max_tokens, "temperature": self.temperature, "seed": self.seed}
+
+
+@dataclass
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    finish_reason: str = "stop"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "latency_s": round(self.latency_s, 3),
+            "finish_reason": self.finish_reason,
+        }
+
+
+class LLMCallError(RuntimeError):
+    pass
+
+
+class Backend(Protocol):
+    name: str
+
+    def chat(self, request: ChatRequest) -> Completion: ...
+
+
+class OpenAICompatBackend:
+    """Chat completions over HTTP. The API key is read from an environment variable at call
+    time and never stored on the object, logged, or written anywhere."""
+
+    name = "openai"
+
+    def __init__(self, base_url: str, model: str, api_key_env: str | None = None,
+                 timeout_s: float = 300.0, retries: int = 3, backoff_s: float = 2.0):
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key_env = api_key_env
+        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
+        self._client = httpx.Client(timeout=timeout_s)
+
+    def _headers(self) -> dict[str, str]:
+        if not self.api_key_env:
+            return {}
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise LLMCallError(f"environment variable {self.api_key_env} (API key) is not set")
+        return {"Authorization": f"Bearer {key}"}
+
+    def chat(self, request: ChatRequest) -> Completion:
+        body: dict[str, Any] = {"model": self.model, "messages": request.messages, **request.sampling()}
+        if request.json_schema is not None:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "response", "schema": request.json_schema, "strict": True},
+            }
+        last: Exception | None = None
+        for attempt in range(1, self.retries + 1):
+            started = time.perf_counter()
+            try:
+                resp = self._client.post(f"{self.base_url}/chat/completions", json=body,
+                                         headers=self._headers())
+                if resp.status_code >= 500 or resp.status_code == 429:
+                    raise httpx.HTTPStatusError(f"HTTP {resp.status_code}", request=resp.request,
+                                                response=resp)
+                if resp.status_code >= 400:
+                    raise LLMCallError(f"{self.model} at {self.base_url}: HTTP {resp.status_code}: "
+                                       f"{resp.text[:500]}")
+                data = resp.json()
+                choice = data["choices"][0]
+                usage = data.get("usage") or {}
+                return Completion(
+                    text=choice["message"].get("content") or "",
+                    prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                    completion_tokens=int(usage.get("completion_tokens", 0)),
+                    latency_s=time.perf_counter() - started,
+                    finish_reason=choice.get("finish_reason") or "stop",
+                )
+            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+                last = exc
+                if attempt < self.retries:
+                    wait = self.backoff_s * 2 ** (attempt - 1)
+                    log.warning("%s: call failed (%s); retry %d/%d in %.0f s", self.model, exc,
+                                attempt, self.retries - 1, wait)
+                    time.sleep(wait)
+        raise LLMCallError(
+            f"{self.model} at {self.base_url}: {self.retries} attempts failed; last error: {last}"
+        )
+
+
+class TransformersBackend:
+    """In-process generation where vLLM is not installed (CPU here, CUDA on a GPU host).
+    Greedy decoding at temperature 0; JSON schemas are requested in the prompt only."""
+
+    name = "transformers"
+
+    def __init__(self, model_dir: str, device: str | None = None, threads: int | None = None):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        dtype = torch.bfloat16 if self.device != "cpu" else torch.float32
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(self.device)
+        self.model.eval()
+        self._lock = threading.Lock()  # one generate at a time per model
+
+    def chat(self, request: ChatRequest) -> Completion:
+        import torch
+
+        started = time.perf_counter()
+        ids = self.tokenizer.apply_chat_template(
+            request.messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+        input_ids = ids["input_ids"].to(self.device)
+        attention = ids["attention_mask"].to(self.device)
+        with self._lock, torch.no_grad():
+            torch.manual_seed(request.seed)
+            out = self.model.generate(
+                input_ids,
+                attention_mask=attention,
+                max_new_tokens=request.max_tokens,
+                do_sample=request.temperature > 0,
+                temperature=request.temperature if request.temperature > 0 else None,
+                top_p=None,
+                top_k=None,
+                pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
+            )
+        new = out[0, input_ids.shape[1]:]
+        text = self.tokenizer.decode(new, skip_special_tokens=True)
+        finish = "length" if len(new) >= request.max_tokens else "stop"
+        return Completion(text, int(input_ids.shape[1]), int(len(new)),
+                          time.perf_counter() - started, finish)

@@ -1,0 +1,51 @@
+"""Content-addressed cache of model calls in SQLite.
+
+The key hashes everything that determines an output (backend, model identity and weights hash,
+prompt-template hash, rendered messages, sampling parameters, seed), so a warm cache replays a
+whole run with zero model calls and byte-identical files. WAL mode + one short transaction per
+write make it safe with concurrent Snakemake jobs and with kill -9 (a write commits or vanishes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+
+def call_key(**parts: Any) -> str:
+    canonical = json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class CallCache:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, timeout=120, isolation_level=None,
+                                     check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, kind TEXT, model TEXT,"
+            " response TEXT NOT NULL, created REAL NOT NULL)"
+        )
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        row = self._conn.execute("SELECT response FROM calls WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, response: dict[str, Any], kind: str = "chat", model: str = "") -> None:
+        self._conn.execute(
+            "INSERT OR IGNORE INTO calls (key, kind, model, response, created) VALUES (?,?,?,?,?)",
+            (key, kind, model, json.dumps(response, sort_keys=True, ensure_ascii=False), time.time()),
+        )
+
+    def __len__(self) -> int:
+        return int(self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
+
+    def close(self) -> None:
+        self._conn.close()

@@ -1,0 +1,103 @@
+"""The one client every LLM-using job goes through: cache first, backend only on a miss.
+
+The backend (and so any server) is created lazily at the first miss, so a job on a warm cache
+makes zero model calls and starts nothing. Misses run concurrently (vLLM batches them); each
+answer is cached the moment it arrives, so a killed job loses only calls still in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from srb.llm.backends import Backend, ChatRequest, OpenAICompatBackend, TransformersBackend
+from srb.llm.cache import CallCache, call_key
+from srb.llm.models import model_identity
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CallStats:
+    cache_hits: int = 0
+    model_calls: int = 0
+    server_started: bool = False
+
+
+class LLMClient:
+    def __init__(self, backend: str, model_name: str, spec: dict[str, Any], model_dir: str | None,
+                 cache: CallCache, state_dir: str | Path, concurrency: int = 8,
+                 backend_factory: Callable[[], Backend] | None = None):
+        self.backend_kind = backend
+        self.model_name = model_name
+        self.spec = spec
+        self.model_dir = model_dir
+        self.cache = cache
+        self.state_dir = Path(state_dir)
+        self.concurrency = max(1, concurrency)
+        self.identity = model_identity(model_dir, spec)
+        self._factory = backend_factory
+        self._backend: Backend | None = None
+        self.stats = CallStats()
+
+    def key(self, request: ChatRequest, template_hash: str) -> str:
+        return call_key(
+            backend=self.backend_kind,
+            template=template_hash,
+            messages=request.messages,
+            sampling=request.sampling(),
+            schema=request.json_schema,
+            **self.identity,
+        )
+
+    def _get_backend(self) -> Backend:
+        if self._backend is None:
+            self._backend = self._factory() if self._factory else self._make_backend()
+        return self._backend
+
+    def _make_backend(self) -> Backend:
+        source = self.spec.get("source", {})
+        if self.backend_kind == "vllm":
+            from srb.llm.server import acquire_server
+
+            url = acquire_server(self.model_name, str(self.model_dir), self.spec.get("vllm", {}),
+                                 self.state_dir)
+            self.stats.server_started = True
+            return OpenAICompatBackend(url, self.model_name,
+                                       timeout_s=self.spec.get("timeout_s", 600))
+        if self.backend_kind == "openai":
+            return OpenAICompatBackend(source["base_url"], source["served_name"],
+                                       api_key_env=source.get("api_key_env"),
+                                       timeout_s=self.spec.get("timeout_s", 600))
+        if self.backend_kind == "transformers":
+            return TransformersBackend(str(self.model_dir))
+        raise ValueError(f"unknown LLM backend {self.backend_kind!r} (vllm, openai, transformers)")
+
+    def run(self, requests: Sequence[ChatRequest], template_hash: str,
+            desc: str = "LLM calls") -> list[dict[str, Any]]:
+        """Completions (as dicts) in request order; cached ones are replayed byte for byte."""
+        keys = [self.key(r, template_hash) for r in requests]
+        results: list[dict[str, Any] | None] = [self.cache.get(k) for k in keys]
+        misses = [i for i, r in enumerate(results) if r is None]
+        self.stats.cache_hits += len(requests) - len(misses)
+        if misses:
+            backend = self._get_backend()
+            with ThreadPoolExecutor(self.concurrency) as pool:
+                futures = {pool.submit(backend.chat, requests[i]): i for i in misses}
+                for future in tqdm(as_completed(futures), total=len(futures), desc=desc,
+                                   mininterval=5):
+                    i = futures[future]
+                    completion = future.result().to_dict()
+                    self.cache.put(keys[i], completion, model=self.model_name)
+                    self.stats.model_calls += 1
+                    results[i] = completion
+        log.info("%s: %d cache hits, %d model calls, server started: %s", desc,
+                 self.stats.cache_hits, self.stats.model_calls,
+                 "yes" if self.stats.server_started else "no")
+        return [r for r in results if r is not None]

