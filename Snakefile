@@ -11,6 +11,9 @@ include: "rules/corpus.smk"
 include: "rules/ingest.smk"
 include: "rules/retrieve.smk"
 include: "rules/diagnostics.smk"
+include: "rules/models.smk"
+include: "rules/synthesize.smk"
+include: "rules/judge.smk"
 include: "rules/anchor.smk"
 
 

@@ -6,7 +6,7 @@ from snakemake.utils import validate
 
 sys.path.insert(0, workflow.basedir)
 
-from srb.config import check_config  # noqa: E402
+from srb.config import check_config, check_llm_config  # noqa: E402
 
 validate(config, workflow.source_path("../config/schema.yaml"))
 check_config(config)
@@ -15,13 +15,29 @@ CORPORA = config["corpora"]
 SYSTEMS = config["systems"]
 MODALITIES = config["modalities"]
 BUDGETS = [str(b) for b in config["budgets"]]
+LLM = config.get("llm")
+if LLM:
+    from srb.llm.models import check_sources_present
+
+    check_llm_config(config)
+    SYNTH = LLM["synthesizer"]
+    JUDGES = LLM["judges"]
+    LLM_MODELS = [SYNTH, *(j for j in JUDGES if j != "rubric")]
+    check_sources_present(LLM["models"], LLM_MODELS)
+    DIRECT_READ_BUDGET = str(LLM["direct_read_budget"])
+    PROMPTS = LLM["prompts"]
+else:
+    SYNTH, JUDGES, LLM_MODELS, DIRECT_READ_BUDGET = None, [], [], "0"
 
 
 wildcard_constraints:
     corpus="|".join(map(re.escape, CORPORA)),
-    system="|".join(SYSTEMS),
-    modality="|".join(MODALITIES),
-    budget="|".join(BUDGETS),
+    system="|".join([*SYSTEMS, "base", "direct_read"]),
+    modality="|".join([*MODALITIES, "none"]),
+    budget="|".join(map(re.escape, [*BUDGETS, DIRECT_READ_BUDGET])),
+    model="|".join(map(re.escape, LLM_MODELS or ["none"])),
+    synth="|".join(map(re.escape, [SYNTH or "none"])),
+    judge="|".join(map(re.escape, JUDGES or ["none"])),
 
 
 def corpus_source(wildcards):
@@ -51,9 +67,74 @@ def retrieval_cells(corpus):
     )
 
 
+def file_hash(*paths):
+    """Short content hash of prompt templates: editing one reruns exactly the jobs that use it."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for p in paths:
+        digest.update(Path(p).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def llm_cells():
+    """(system, modality, budget) of every cell that is synthesized and judged."""
+    cells = [(s, m, b) for s in LLM["systems"] for m in MODALITIES for b in BUDGETS]
+    if "base" in LLM["llm_only"]:
+        cells.append(("base", "none", "native"))
+    if "direct_read" in LLM["llm_only"]:
+        cells.append(("direct_read", "none", DIRECT_READ_BUDGET))
+    return cells
+
+
+def judgment_files(wildcards):
+    return [
+        f"results/{wildcards.corpus}/judgments/{wildcards.synth}/{wildcards.judge}/{s}/{m}/{b}.jsonl"
+        for s, m, b in llm_cells()
+    ]
+
+
+def cell_context_files(wildcards):
+    return [
+        f"results/{wildcards.corpus}/retrieval/{s}/{m}/{b}.jsonl"
+        for s, m, b in llm_cells()
+    ]
+
+
+def model_card(name):
+    """The prepared model's card, for models built from packaged weights; nothing otherwise."""
+    source = LLM["models"][name]["source"]
+    if "package" in source or "parts" in source:
+        return f"{LLM['models_dir']}/{name}.card.json"
+    return []
+
+
 def get_final_output():
-    return expand(
+    targets = expand(
         "results/{corpus}/diagnostics/retrieval.{ext}",
         corpus=CORPORA,
         ext=["csv", "md"],
     )
+    if LLM:
+        targets += expand(
+            "results/{corpus}/leaderboard/{synth}/{judge}.{ext}",
+            corpus=CORPORA,
+            synth=SYNTH,
+            judge=JUDGES,
+            ext=["csv", "md", "png"],
+        )
+    return targets
+
+
+onsuccess:
+    if LLM:
+        from srb.llm.server import stop_servers
+
+        stop_servers(LLM["servers_dir"])
+
+
+onerror:
+    if LLM:
+        from srb.llm.server import stop_servers
+
+        stop_servers(LLM["servers_dir"])

@@ -71,6 +71,9 @@ rule restore_context:
         cell="results/{corpus}/retrieval/{system}/{modality}/{budget}.jsonl",
     log:
         "results/logs/restore/{corpus}/{system}/{modality}/{budget}.log",
+    wildcard_constraints:
+        system="|".join(SYSTEMS),
+        modality="|".join(MODALITIES),
     conda:
         "../envs/srb.yaml"
     resources:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from srb.retrieve import parse_budget
@@ -37,3 +38,25 @@ def check_config(config: dict[str, Any], source: str = "config") -> None:
             raise ConfigError(f"{where}: the hf loader needs 'path' or 'source'")
         if loader in ("canonical", "published", "evidence_inference") and not spec.get("path"):
             raise ConfigError(f"{where}: the {loader} loader needs 'path'")
+
+
+def check_llm_config(config: dict[str, Any], source: str = "config") -> None:
+    llm = config["llm"]
+    models = llm.get("models", {})
+    roles = [("synthesizer", llm["synthesizer"])]
+    roles += [("judges", j) for j in llm.get("judges", []) if j != "rubric"]
+    for role, name in roles:
+        if name not in models:
+            raise ConfigError(
+                f"{source}: llm.{role}: model {name!r} is not defined under llm.models"
+            )
+    for name in llm.get("systems", []):
+        if name not in config.get("systems", []):
+            raise ConfigError(f"{source}: llm.systems: {name!r} is not in the retrieval systems")
+    try:
+        parse_budget(llm.get("direct_read_budget", "6K"))
+    except ValueError as exc:
+        raise ConfigError(f"{source}: llm.direct_read_budget: {exc}") from None
+    for role, path in llm.get("prompts", {}).items():
+        if not Path(path).is_file():
+            raise ConfigError(f"{source}: llm.prompts.{role}: template {path} does not exist")

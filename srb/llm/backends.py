@@ -63,8 +63,15 @@ class OpenAICompatBackend:
 
     name = "openai"
 
-    def __init__(self, base_url: str, model: str, api_key_env: str | None = None,
-                 timeout_s: float = 300.0, retries: int = 3, backoff_s: float = 2.0):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str | None = None,
+        timeout_s: float = 300.0,
+        retries: int = 3,
+        backoff_s: float = 2.0,
+    ):
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
@@ -80,7 +87,11 @@ class OpenAICompatBackend:
         return {"Authorization": f"Bearer {key}"}
 
     def chat(self, request: ChatRequest) -> Completion:
-        body: dict[str, Any] = {"model": self.model, "messages": request.messages, **request.sampling()}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": request.messages,
+            **request.sampling(),
+        }
         if request.json_schema is not None:
             body["response_format"] = {
                 "type": "json_schema",
@@ -90,14 +101,18 @@ class OpenAICompatBackend:
         for attempt in range(1, self.retries + 1):
             started = time.perf_counter()
             try:
-                resp = self._client.post(f"{self.base_url}/chat/completions", json=body,
-                                         headers=self._headers())
+                resp = self._client.post(
+                    f"{self.base_url}/chat/completions", json=body, headers=self._headers()
+                )
                 if resp.status_code >= 500 or resp.status_code == 429:
-                    raise httpx.HTTPStatusError(f"HTTP {resp.status_code}", request=resp.request,
-                                                response=resp)
+                    raise httpx.HTTPStatusError(
+                        f"HTTP {resp.status_code}", request=resp.request, response=resp
+                    )
                 if resp.status_code >= 400:
-                    raise LLMCallError(f"{self.model} at {self.base_url}: HTTP {resp.status_code}: "
-                                       f"{resp.text[:500]}")
+                    raise LLMCallError(
+                        f"{self.model} at {self.base_url}: HTTP {resp.status_code}: "
+                        f"{resp.text[:500]}"
+                    )
                 data = resp.json()
                 choice = data["choices"][0]
                 usage = data.get("usage") or {}
@@ -112,8 +127,14 @@ class OpenAICompatBackend:
                 last = exc
                 if attempt < self.retries:
                     wait = self.backoff_s * 2 ** (attempt - 1)
-                    log.warning("%s: call failed (%s); retry %d/%d in %.0f s", self.model, exc,
-                                attempt, self.retries - 1, wait)
+                    log.warning(
+                        "%s: call failed (%s); retry %d/%d in %.0f s",
+                        self.model,
+                        exc,
+                        attempt,
+                        self.retries - 1,
+                        wait,
+                    )
                     time.sleep(wait)
         raise LLMCallError(
             f"{self.model} at {self.base_url}: {self.retries} attempts failed; last error: {last}"
@@ -160,8 +181,9 @@ class TransformersBackend:
                 top_k=None,
                 pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
             )
-        new = out[0, input_ids.shape[1]:]
+        new = out[0, input_ids.shape[1] :]
         text = self.tokenizer.decode(new, skip_special_tokens=True)
         finish = "length" if len(new) >= request.max_tokens else "stop"
-        return Completion(text, int(input_ids.shape[1]), int(len(new)),
-                          time.perf_counter() - started, finish)
+        return Completion(
+            text, int(input_ids.shape[1]), int(len(new)), time.perf_counter() - started, finish
+        )

@@ -25,8 +25,9 @@ class CallCache:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, timeout=120, isolation_level=None,
-                                     check_same_thread=False)
+        self._conn = sqlite3.connect(
+            self.path, timeout=120, isolation_level=None, check_same_thread=False
+        )
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute(
@@ -41,7 +42,13 @@ class CallCache:
     def put(self, key: str, response: dict[str, Any], kind: str = "chat", model: str = "") -> None:
         self._conn.execute(
             "INSERT OR IGNORE INTO calls (key, kind, model, response, created) VALUES (?,?,?,?,?)",
-            (key, kind, model, json.dumps(response, sort_keys=True, ensure_ascii=False), time.time()),
+            (
+                key,
+                kind,
+                model,
+                json.dumps(response, sort_keys=True, ensure_ascii=False),
+                time.time(),
+            ),
         )
 
     def __len__(self) -> int:

@@ -31,9 +31,17 @@ class CallStats:
 
 
 class LLMClient:
-    def __init__(self, backend: str, model_name: str, spec: dict[str, Any], model_dir: str | None,
-                 cache: CallCache, state_dir: str | Path, concurrency: int = 8,
-                 backend_factory: Callable[[], Backend] | None = None):
+    def __init__(
+        self,
+        backend: str,
+        model_name: str,
+        spec: dict[str, Any],
+        model_dir: str | None,
+        cache: CallCache,
+        state_dir: str | Path,
+        concurrency: int = 8,
+        backend_factory: Callable[[], Backend] | None = None,
+    ):
         self.backend_kind = backend
         self.model_name = model_name
         self.spec = spec
@@ -66,21 +74,27 @@ class LLMClient:
         if self.backend_kind == "vllm":
             from srb.llm.server import acquire_server
 
-            url = acquire_server(self.model_name, str(self.model_dir), self.spec.get("vllm", {}),
-                                 self.state_dir)
+            url = acquire_server(
+                self.model_name, str(self.model_dir), self.spec.get("vllm", {}), self.state_dir
+            )
             self.stats.server_started = True
-            return OpenAICompatBackend(url, self.model_name,
-                                       timeout_s=self.spec.get("timeout_s", 600))
+            return OpenAICompatBackend(
+                url, self.model_name, timeout_s=self.spec.get("timeout_s", 600)
+            )
         if self.backend_kind == "openai":
-            return OpenAICompatBackend(source["base_url"], source["served_name"],
-                                       api_key_env=source.get("api_key_env"),
-                                       timeout_s=self.spec.get("timeout_s", 600))
+            return OpenAICompatBackend(
+                source["base_url"],
+                source["served_name"],
+                api_key_env=source.get("api_key_env"),
+                timeout_s=self.spec.get("timeout_s", 600),
+            )
         if self.backend_kind == "transformers":
             return TransformersBackend(str(self.model_dir))
         raise ValueError(f"unknown LLM backend {self.backend_kind!r} (vllm, openai, transformers)")
 
-    def run(self, requests: Sequence[ChatRequest], template_hash: str,
-            desc: str = "LLM calls") -> list[dict[str, Any]]:
+    def run(
+        self, requests: Sequence[ChatRequest], template_hash: str, desc: str = "LLM calls"
+    ) -> list[dict[str, Any]]:
         """Completions (as dicts) in request order; cached ones are replayed byte for byte."""
         keys = [self.key(r, template_hash) for r in requests]
         results: list[dict[str, Any] | None] = [self.cache.get(k) for k in keys]
@@ -90,14 +104,19 @@ class LLMClient:
             backend = self._get_backend()
             with ThreadPoolExecutor(self.concurrency) as pool:
                 futures = {pool.submit(backend.chat, requests[i]): i for i in misses}
-                for future in tqdm(as_completed(futures), total=len(futures), desc=desc,
-                                   mininterval=5):
+                for future in tqdm(
+                    as_completed(futures), total=len(futures), desc=desc, mininterval=5
+                ):
                     i = futures[future]
                     completion = future.result().to_dict()
                     self.cache.put(keys[i], completion, model=self.model_name)
                     self.stats.model_calls += 1
                     results[i] = completion
-        log.info("%s: %d cache hits, %d model calls, server started: %s", desc,
-                 self.stats.cache_hits, self.stats.model_calls,
-                 "yes" if self.stats.server_started else "no")
+        log.info(
+            "%s: %d cache hits, %d model calls, server started: %s",
+            desc,
+            self.stats.cache_hits,
+            self.stats.model_calls,
+            "yes" if self.stats.server_started else "no",
+        )
         return [r for r in results if r is not None]

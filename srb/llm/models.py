@@ -117,8 +117,9 @@ def prepare_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[
     source = spec["source"]
     parts = gguf_sources(source)
     expected = spec.get("gguf_sha256")
-    with tempfile.TemporaryDirectory(dir=out_dir.parent if out_dir.parent.exists() else None,
-                                     prefix=".model-") as tmp:
+    with tempfile.TemporaryDirectory(
+        dir=out_dir.parent if out_dir.parent.exists() else None, prefix=".model-"
+    ) as tmp:
         gguf = Path(tmp) / "model.gguf"
         got = join_gguf(parts, gguf)
         if expected and got != expected:
@@ -156,3 +157,28 @@ def model_identity(model_dir: str | Path | None, spec: dict[str, Any]) -> dict[s
     if "path" in source:
         return {"model": str(source["path"]), "weights": str(spec.get("revision", "unpinned"))}
     raise ModelError(f"no model card in {model_dir}; prepare the model first")
+
+
+def ensure_model(name: str, spec: dict[str, Any], models_dir: str | Path) -> dict[str, Any]:
+    """Prepare `models_dir/name` unless it is already there and verifies: the recorded GGUF hash
+    equals the pin and the weights still hash to what was recorded. Returns the model card."""
+    model_dir = Path(models_dir) / name
+    card_file = model_dir / MODEL_CARD
+    pinned = spec.get("gguf_sha256")
+    if card_file.is_file():
+        card = json.loads(card_file.read_text())
+        if (not pinned or card.get("gguf_sha256") == pinned) and card.get("source") == spec[
+            "source"
+        ]:
+            if weights_sha256(model_dir) == card["weights_sha256"]:
+                log.info(
+                    "model %s verified in %s (weights %s)",
+                    name,
+                    model_dir,
+                    card["weights_sha256"][:12],
+                )
+                return card
+            log.warning(
+                "model %s: weights in %s changed since preparation; rebuilding", name, model_dir
+            )
+    return prepare_model(name, spec, model_dir)

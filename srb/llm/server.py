@@ -87,8 +87,14 @@ def acquire_server(name: str, model_dir: str, opts: dict[str, Any], state_dir: s
     with _locked(state_dir / f"{name}.lock"):
         if registry.is_file():
             info = json.loads(registry.read_text())
-            if info.get("host") == socket.gethostname() and _alive(info["pid"]) and healthy(info["url"]):
-                log.info("reusing vLLM server for %s at %s (pid %d)", name, info["url"], info["pid"])
+            if (
+                info.get("host") == socket.gethostname()
+                and _alive(info["pid"])
+                and healthy(info["url"])
+            ):
+                log.info(
+                    "reusing vLLM server for %s at %s (pid %d)", name, info["url"], info["pid"]
+                )
                 return info["url"]
             registry.unlink()
         return _start(name, model_dir, opts, state_dir, registry)
@@ -108,25 +114,46 @@ def _start(name: str, model_dir: str, opts: dict[str, Any], state_dir: Path, reg
         url = f"http://127.0.0.1:{port}/v1"
         log_file = state_dir / f"{name}.server.log"
         cmd = vllm_command(model_dir, name, port, opts)
-        log.info("starting vLLM for %s on port %d (attempt %d/%d): %s", name, port, attempt,
-                 attempts, " ".join(cmd))
+        log.info(
+            "starting vLLM for %s on port %d (attempt %d/%d): %s",
+            name,
+            port,
+            attempt,
+            attempts,
+            " ".join(cmd),
+        )
         with open(log_file, "ab") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
         started = time.monotonic()
         while time.monotonic() - started < timeout:
             if proc.poll() is not None:
                 break
             if healthy(url):
-                registry.write_text(json.dumps({"pid": proc.pid, "url": url, "port": port,
-                                                "host": socket.gethostname(), "model": name}))
+                registry.write_text(
+                    json.dumps(
+                        {
+                            "pid": proc.pid,
+                            "url": url,
+                            "port": port,
+                            "host": socket.gethostname(),
+                            "model": name,
+                        }
+                    )
+                )
                 log.info("vLLM for %s ready in %.0f s", name, time.monotonic() - started)
                 return url
             time.sleep(2)
         _terminate(proc.pid)
         tail = log_file.read_text(errors="replace")[-2000:] if log_file.exists() else ""
-        log.warning("vLLM for %s on port %d did not come up (exit %s); log tail:\n%s", name,
-                    port, proc.poll(), tail)
+        log.warning(
+            "vLLM for %s on port %d did not come up (exit %s); log tail:\n%s",
+            name,
+            port,
+            proc.poll(),
+            tail,
+        )
     raise ServerError(
         f"vLLM server for model {name!r} did not start after {attempts} attempt(s) "
         f"(last port {port}, timeout {timeout:.0f} s); see {state_dir / (name + '.server.log')}"

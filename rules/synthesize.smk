@@ -1,0 +1,47 @@
+rule llm_only_context:
+    """Contexts for systems without retrieval: base (none) and direct_read (gold + filler papers)."""
+    input:
+        questions="results/{corpus}/corpus/questions.jsonl",
+    output:
+        cell="results/{corpus}/retrieval/{system}/none/{budget}.jsonl",
+    log:
+        "results/logs/llm_only_context/{corpus}/{system}/{budget}.log",
+    wildcard_constraints:
+        system="base|direct_read",
+    conda:
+        "../envs/srb.yaml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        seed=LLM["seed"] if LLM else 0,
+    script:
+        "../workflow/scripts/llm_only_context.py"
+
+
+rule synthesize:
+    """One job per retrieval cell: the fixed synthesizer answers every question (temperature 0)."""
+    input:
+        cell="results/{corpus}/retrieval/{system}/{modality}/{budget}.jsonl",
+        questions="results/{corpus}/corpus/questions.jsonl",
+        model=lambda wc: model_card(wc.synth),
+        templates=lambda wc: [PROMPTS["synthesize"], PROMPTS["synthesize_base"]],
+    output:
+        answers="results/{corpus}/answers/{synth}/{system}/{modality}/{budget}.jsonl",
+    log:
+        "results/logs/synthesize/{corpus}/{synth}/{system}/{modality}/{budget}.log",
+    benchmark:
+        "results/benchmarks/synthesize/{corpus}/{synth}/{system}/{modality}/{budget}.tsv"
+    conda:
+        "../envs/srb.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=120,
+    params:
+        llm=LLM,
+        template_hash=lambda wc: file_hash(
+            PROMPTS["synthesize"], PROMPTS["synthesize_base"]
+        ),
+    script:
+        "../workflow/scripts/synthesize.py"
