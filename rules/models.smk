@@ -15,6 +15,6 @@ rule prepare_model:
         runtime=60,
     params:
         spec=lambda wc: LLM["models"][wc.model],
-        models_dir=LLM["models_dir"] if LLM else "cache/models",
+        models_dir=lambda wc, output: Path(output.card).parent,
     script:
         "../workflow/scripts/prepare_model.py"

@@ -50,6 +50,13 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_servers(args: argparse.Namespace) -> int:
+    from srb.llm.server import stop_servers
+
+    print(f"stopped {stop_servers(args.servers_dir)} server(s)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m srb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -68,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("validate-corpus", help="load and validate a canonical corpus directory")
     p.add_argument("directory")
     p.set_defaults(func=_validate)
+    p = sub.add_parser("stop-servers", help="stop vLLM servers the workflow left running")
+    p.add_argument("--servers-dir", default="cache/servers")
+    p.set_defaults(func=_stop_servers)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from srb.data.schema import DataError

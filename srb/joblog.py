@@ -30,6 +30,7 @@ def job_logging(log_file: str | Path, job: str) -> Iterator[logging.Logger]:
         stream=sys.stderr,
         force=True,
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the log
     logger = logging.getLogger(job)
     try:
         yield logger

@@ -46,37 +46,48 @@ _STOP = set(
     "it its than then between compared reported difference group groups vs versus".split()
 )
 
-_LABEL_PATTERNS = {
-    "no significant difference": re.compile(
-        r"\bno (?:statistically )?significant(?:ly)? (?:difference|change|effect|increase|decrease|"
-        r"reduction|improvement)|\bnot (?:statistically )?significant(?:ly)?\b|\bno difference\b|"
-        r"\bdid not (?:significantly )?(?:differ|change|affect|increase|decrease|reduce|improve)|"
-        r"\bsimilar\b|\bcomparable\b"
-    ),
+# "No significant difference" phrasings, including negated significance ("non-significant
+# increase", "failed to significantly reduce", "not associated with a significant reduction").
+_NO_DIFFERENCE = re.compile(
+    r"\bnon-?significant(?:ly)?\b|\binsignificant\b|"
+    r"\bno (?:statistically )?significant(?:ly)?\b|\bnot (?:statistically )?significant(?:ly)?\b|"
+    r"\b(?:not|n't|no|failed to|did not|does not|without|nor)\b(?:\W+\w+){0,3}?\W+"
+    r"(?:statistically )?significant(?:ly)?\b|"
+    r"\bno (?:difference|change|effect)\b|\bdid not (?:differ|change)\b|"
+    r"\b(?:was|were|are|is|remained) (?:similar|comparable)\b"
+)
+_DIRECTIONS = {
     "significantly increased": re.compile(
-        r"\bsignificant(?:ly)? (?:higher|greater|more|increase[ds]?|improve[ds]?|rise|better)|"
-        r"\bincreased significantly\b|\bsignificant(?:ly)? (?:increas|improv)\w*"
+        r"\bsignificant(?:ly)? (?:higher|greater|more|increase[ds]?|improve[ds]?|rise|better|"
+        r"increas\w*|improv\w*)|\b(?:increased|improved|higher|rose) significantly\b"
     ),
     "significantly decreased": re.compile(
-        r"\bsignificant(?:ly)? (?:lower|less|fewer|decrease[ds]?|reduce[ds]?|reduction|decline|"
-        r"drop|worse)|\bdecreased significantly\b|\breduced significantly\b|"
-        r"\bsignificant(?:ly)? (?:decreas|reduc)\w*"
+        r"\bsignificant(?:ly)? (?:lower|less|fewer|decrease[ds]?|reduce[ds]?|reduction|decline|drop|"
+        r"worse|decreas\w*|reduc\w*|shorter)|\b(?:decreased|reduced|lower|fell|declined) "
+        r"significantly\b"
     ),
 }
 
 
 def label_from_answer(answer: str) -> str | None:
-    """Map an answer to a gold-label direction by keyword rules (no LLM); None if it states
-    none or several. The earliest stated direction wins when the answer hedges later."""
+    """Map an answer to a gold-label direction by keyword rules (no LLM); None if it states none.
+
+    A direction whose "significant" is negated ("non-significant increase") counts as no
+    significant difference; when several directions are stated the earliest wins.
+    """
     text = answer.lower()
-    hits = {}
-    for label, pattern in _LABEL_PATTERNS.items():
-        m = pattern.search(text)
-        if m:
-            hits[label] = m.start()
+    negated = [(m.start(), m.end()) for m in _NO_DIFFERENCE.finditer(text)]
+    hits: dict[str, int] = {}
+    if negated:
+        hits["no significant difference"] = negated[0][0]
+    for label, pattern in _DIRECTIONS.items():
+        for m in pattern.finditer(text):
+            if not any(s <= m.start() < e or m.start() <= s < m.end() for s, e in negated):
+                hits[label] = m.start()
+                break
     if not hits:
         return None
-    return min(hits, key=hits.get)
+    return min(hits, key=lambda k: hits[k])
 
 
 def _content_words(text: str) -> set[str]:

@@ -62,7 +62,7 @@ class ContextFitter:
         if self.count(context) <= room:
             return context, False
         if self.tokenizer is None:
-            return context[: int(room * CHARS_PER_TOKEN_FALLBACK)], True
+            return context[: int((room - 1) * CHARS_PER_TOKEN_FALLBACK)], True  # count() <= room
         enc = self.tokenizer(context, add_special_tokens=False, return_offsets_mapping=True)
         cut = enc["offset_mapping"][room - 1][1]
         return context[:cut], True

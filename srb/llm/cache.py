@@ -28,7 +28,16 @@ class CallCache:
         self._conn = sqlite3.connect(
             self.path, timeout=120, isolation_level=None, check_same_thread=False
         )
-        self._conn.execute("PRAGMA journal_mode=WAL")
+        # SQLite skips the busy handler when switching journal mode, so a first open racing
+        # another process's write can see "database is locked": retry it ourselves.
+        for attempt in range(200):
+            try:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 199:
+                    raise
+                time.sleep(0.05)
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute(
             "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, kind TEXT, model TEXT,"

@@ -28,6 +28,7 @@ class CallStats:
     cache_hits: int = 0
     model_calls: int = 0
     server_started: bool = False
+    server_used: bool = False
 
 
 class LLMClient:
@@ -74,10 +75,11 @@ class LLMClient:
         if self.backend_kind == "vllm":
             from srb.llm.server import acquire_server
 
-            url = acquire_server(
+            url, started = acquire_server(
                 self.model_name, str(self.model_dir), self.spec.get("vllm", {}), self.state_dir
             )
-            self.stats.server_started = True
+            self.stats.server_started = started
+            self.stats.server_used = True
             return OpenAICompatBackend(
                 url, self.model_name, timeout_s=self.spec.get("timeout_s", 600)
             )
@@ -102,21 +104,37 @@ class LLMClient:
         self.stats.cache_hits += len(requests) - len(misses)
         if misses:
             backend = self._get_backend()
-            with ThreadPoolExecutor(self.concurrency) as pool:
-                futures = {pool.submit(backend.chat, requests[i]): i for i in misses}
+            pool = ThreadPoolExecutor(self.concurrency)
+            futures = {pool.submit(backend.chat, requests[i]): i for i in misses}
+            failure: BaseException | None = None
+            try:
                 for future in tqdm(
                     as_completed(futures), total=len(futures), desc=desc, mininterval=5
                 ):
                     i = futures[future]
+                    if future.cancelled():
+                        continue
+                    exc = future.exception()
+                    if exc is not None:
+                        if failure is None:  # stop queued calls; keep those already running
+                            failure = exc
+                            for f in futures:
+                                f.cancel()
+                        continue
                     completion = future.result().to_dict()
                     self.cache.put(keys[i], completion, model=self.model_name)
                     self.stats.model_calls += 1
                     results[i] = completion
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
+            if failure is not None:
+                raise failure
         log.info(
-            "%s: %d cache hits, %d model calls, server started: %s",
+            "%s: %d cache hits, %d model calls, server used: %s, started by this job: %s",
             desc,
             self.stats.cache_hits,
             self.stats.model_calls,
+            "yes" if self.stats.server_used else "no",
             "yes" if self.stats.server_started else "no",
         )
         return [r for r in results if r is not None]

