@@ -77,6 +77,24 @@ def file_hash(*paths):
     return digest.hexdigest()[:16]
 
 
+def llm_params(model, role):
+    """The part of `llm` config a job depends on: its own model and templates only, so editing
+    a judge's settings never reruns synthesis (and vice versa)."""
+    if model == "rubric":
+        return {"judge_rubric": True}
+    keep = ["backend", "cache", "models_dir", "servers_dir", "concurrency", "seed"]
+    if role == "synthesize":
+        keep += ["questions", "max_answer_tokens"]
+        prompts = ["synthesize", "synthesize_base"]
+    else:
+        keep += ["judge_retries", "judge_max_tokens", "judge_context_chars"]
+        prompts = ["judge"]
+    out = {k: LLM[k] for k in keep}
+    out["prompts"] = {k: LLM["prompts"][k] for k in prompts}
+    out["models"] = {model: LLM["models"][model]}
+    return out
+
+
 def llm_cells():
     """(system, modality, budget) of every cell that is synthesized and judged."""
     cells = [(s, m, b) for s in LLM["systems"] for m in MODALITIES for b in BUDGETS]

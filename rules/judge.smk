@@ -17,7 +17,7 @@ rule judge:
         mem_mb=4000,
         runtime=120,
     params:
-        llm=LLM,
+        llm=lambda wc: llm_params(wc.judge, "judge"),
         template_hash=lambda wc: (
             "" if wc.judge == "rubric" else file_hash(PROMPTS["judge"])
         ),

@@ -9,12 +9,20 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-import yaml
 from test_workflow import REPO, read_jsonl, snakemake, write_config, write_tiny_corpus
 
 pytestmark = pytest.mark.integration
 
 MODEL_SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+
+def prompt_copy(tmp: Path, name: str) -> Path:
+    """Per-test copies of the templates, so a test may edit one in place."""
+    dest = tmp / "prompts" / f"{name}.md"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if not dest.exists():
+        dest.write_text((REPO / f"config/prompts/{name}.md").read_text())
+    return dest
 
 
 def llm_config(tmp: Path, **overrides) -> dict:
@@ -33,8 +41,7 @@ def llm_config(tmp: Path, **overrides) -> dict:
         "models_dir": str(REPO / "cache/models"),
         "servers_dir": str(tmp / "cache/servers"),
         "prompts": {
-            k: str(REPO / f"config/prompts/{k}.md")
-            for k in ("synthesize", "synthesize_base", "judge")
+            k: str(prompt_copy(tmp, k)) for k in ("synthesize", "synthesize_base", "judge")
         },
         "models": {
             "smollm2-135m": {
@@ -77,9 +84,10 @@ def test_answers_judgments_and_leaderboard(llm_run):
     assert [r["question_id"] for r in cell] == ["Q-salt", "Q-statin", "Q-sleep"]
     for r in cell:
         assert r["answer"].strip() and r["prompt_tokens"] > 0 and r["completion_tokens"] > 0
-        assert 0 < r["context_chars_used"] <= r["context_chars"] == 2000 or r["context_truncated"]
+        assert 0 < r["context_chars_used"] <= r["context_chars"]
+        assert r["context_truncated"] == (r["context_chars_used"] < r["context_chars"])
     direct = read_jsonl(root / "results/tiny/answers/smollm2-135m/direct_read/none/3K.jsonl")
-    assert all(r["context_chars"] == 3000 for r in direct)
+    assert all(r["context_chars"] >= 3000 for r in direct)  # 3,000 paper characters + separators
     judged = read_jsonl(
         root / "results/tiny/judgments/smollm2-135m/smollm2-135m/simple_rag/hybrid/2K.jsonl"
     )
@@ -119,22 +127,22 @@ def test_forceall_on_warm_cache_makes_no_calls_and_identical_files(llm_run):
     assert digests(root) == before
 
 
-def test_editing_a_prompt_template_reruns_only_its_jobs(llm_run, tmp_path):
+def test_editing_a_prompt_template_reruns_only_its_jobs(llm_run):
     root, config = llm_run
-    cfg = yaml.safe_load(Path(config).read_text())
-    judge_prompt = tmp_path / "judge.md"
-    judge_prompt.write_text(Path(cfg["llm"]["prompts"]["judge"]).read_text() + "\nBe terse.\n")
-    cfg["llm"]["prompts"]["judge"] = str(judge_prompt)
-    edited = tmp_path / "config.yaml"
-    edited.write_text(yaml.safe_dump(cfg))
-    proc = snakemake(root, edited, "-n", "--rerun-triggers", "params", "input")
+    judge_prompt = root / "prompts" / "judge.md"
+    original = judge_prompt.read_text()
+    judge_prompt.write_text(original + "\nBe terse.\n")
+    try:
+        proc = snakemake(root, config, "-n")
+    finally:
+        judge_prompt.write_text(original)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
-    jobs = dict(
-        line.split()[:2]
-        for line in out.splitlines()
-        if line.split()[:1] in (["judge"], ["synthesize"])
-    )
+    jobs = {
+        parts[0]: parts[1]
+        for parts in (line.split() for line in out.splitlines())
+        if len(parts) == 2 and parts[0] in ("judge", "synthesize") and parts[1].isdigit()
+    }
     assert "synthesize" not in jobs
     assert jobs["judge"] == str(
         2 * 2 + 2
