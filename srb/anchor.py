@@ -93,7 +93,9 @@ def bm25_run(data: SciFact, workdir: Path, depth: int, k1: float, b: float, thre
 def dense_run(data: SciFact, depth: int, dense_cfg: dict[str, Any], threads: int) -> Run:
     from srb.index.dense import Encoder, build_faiss_index
 
-    encoder = Encoder(dense_cfg.get("encoder", "minilm"), threads=threads)
+    encoder = Encoder(
+        dense_cfg.get("encoder", "minilm"), threads=threads, cache_path=dense_cfg.get("cache")
+    )
     batch = dense_cfg.get("batch_size", 32)
     vectors = encoder.encode(data.doc_texts, batch_size=batch, progress=True)
     index = build_faiss_index(vectors, dense_cfg.get("index", "flat"), dense_cfg.get("hnsw_m", 32))

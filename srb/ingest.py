@@ -64,10 +64,18 @@ def build_dense(
     from srb.index.dense import Encoder, build_faiss_index, save_dense_index
 
     units = list(read_units(units_file).values())
-    encoder = Encoder(dense_cfg.get("encoder", "minilm"), threads=threads)
-    log.info("encoding %d units with %s", len(units), encoder.path)
+    encoder = Encoder(
+        dense_cfg.get("encoder", "minilm"), threads=threads, cache_path=dense_cfg.get("cache")
+    )
     vectors = encoder.encode(
         [u.text for u in units], batch_size=dense_cfg.get("batch_size", 32), progress=True
+    )
+    log.info(
+        "%d units: %d encoded with %s, %d from the embedding cache",
+        len(units),
+        encoder.encoded,
+        encoder.path,
+        len(units) - encoder.encoded,
     )
     kind = dense_cfg.get("index", "flat")
     index = build_faiss_index(vectors, kind, dense_cfg.get("hnsw_m", 32))
@@ -75,6 +83,6 @@ def build_dense(
         index,
         [u.id for u in units],
         index_dir,
-        {"encoder": encoder.spec, "encoder_path": encoder.path, "dim": encoder.dim, "kind": kind},
+        {"encoder": encoder.spec, "dim": int(vectors.shape[1]), "kind": kind},
     )
     return len(units)

@@ -66,7 +66,9 @@ def rank_dense(
     from srb.index.dense import DenseSearcher, Encoder
 
     qids, texts = _questions(corpus_dir)
-    encoder = Encoder(dense_cfg.get("encoder", "minilm"), threads=threads)
+    encoder = Encoder(
+        dense_cfg.get("encoder", "minilm"), threads=threads, cache_path=dense_cfg.get("cache")
+    )
     searcher = DenseSearcher(
         index_dir, encoder, dense_cfg.get("gpu", False), dense_cfg.get("ef_search", 64)
     )

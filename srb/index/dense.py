@@ -37,22 +37,45 @@ def resolve_encoder(spec: str) -> str:
 
 
 class Encoder:
-    def __init__(self, spec: str = "minilm", device: str | None = None, threads: int = 1):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        import torch
-        from sentence_transformers import SentenceTransformer
+    """A sentence-transformers encoder, loaded only when a text is not in the embedding cache."""
 
-        torch.set_num_threads(max(1, threads))
+    def __init__(
+        self,
+        spec: str = "minilm",
+        device: str | None = None,
+        threads: int = 1,
+        cache_path: str | Path | None = None,
+    ):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.spec = spec
         self.path = resolve_encoder(spec)
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.model = SentenceTransformer(self.path, device=device)
-        self.dim = int(self.model.get_embedding_dimension())
+        self.device = device
+        self.threads = threads
+        self._model: Any = None
+        self.cache = None
+        if cache_path is not None:
+            from srb.index.embed_cache import EmbeddingCache, encoder_fingerprint
 
-    def encode(
-        self, texts: Sequence[str], batch_size: int = 32, progress: bool = False
-    ) -> np.ndarray:
+            self.cache = EmbeddingCache(cache_path)
+            self.fingerprint = encoder_fingerprint(self.path)
+        self.encoded = 0  # texts actually run through the model (cache misses)
+
+    @property
+    def model(self) -> Any:
+        if self._model is None:
+            import torch
+            from sentence_transformers import SentenceTransformer
+
+            torch.set_num_threads(max(1, self.threads))
+            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            self._model = SentenceTransformer(self.path, device=device)
+        return self._model
+
+    @property
+    def dim(self) -> int:
+        return int(self.model.get_embedding_dimension())
+
+    def _encode_now(self, texts: Sequence[str], batch_size: int, progress: bool) -> np.ndarray:
         vectors = self.model.encode(
             list(texts),
             batch_size=batch_size,
@@ -60,7 +83,18 @@ class Encoder:
             convert_to_numpy=True,
             show_progress_bar=progress,
         )
+        self.encoded += len(texts)
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def encode(
+        self, texts: Sequence[str], batch_size: int = 32, progress: bool = False
+    ) -> np.ndarray:
+        if self.cache is None:
+            return self._encode_now(texts, batch_size, progress)
+        vectors, _ = self.cache.encode(
+            self.fingerprint, texts, lambda miss: self._encode_now(miss, batch_size, progress)
+        )
+        return vectors
 
 
 def build_faiss_index(vectors: np.ndarray, kind: str = "flat", hnsw_m: int = 32) -> Any:
