@@ -122,9 +122,9 @@ def cell_context_files(wildcards):
 def model_card(name):
     """The prepared model's card, for models built from packaged weights; nothing otherwise."""
     source = LLM["models"][name]["source"]
-    if "package" in source or "parts" in source:
-        return f"{LLM['models_dir']}/{name}.card.json"
-    return []
+    if "served_name" in source:  # a hosted endpoint: nothing to prepare
+        return []
+    return f"{LLM['models_dir']}/{name}.card.json"
 
 
 def get_final_output():

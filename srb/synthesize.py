@@ -38,11 +38,19 @@ class ContextFitter:
     def __init__(self, model_dir: str | None, max_model_len: int, max_answer_tokens: int):
         self.max_model_len = max_model_len
         self.max_answer_tokens = max_answer_tokens
-        self.tokenizer = None
-        if model_dir and (Path(model_dir) / "tokenizer_config.json").is_file():
+        self.model_dir = model_dir
+        self._tokenizer: Any = None
+        self.has_tokenizer = bool(model_dir) and (Path(model_dir) / "tokenizer_config.json").is_file()
+
+    @property
+    def tokenizer(self) -> Any:
+        """Loaded on first use: a job whose contexts all fit by character count never pays for
+        importing transformers (most of a warm rerun's time per job)."""
+        if self._tokenizer is None and self.has_tokenizer:
             from transformers import AutoTokenizer
 
-            self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+            self._tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        return self._tokenizer
 
     def count(self, text: str) -> int:
         if self.tokenizer is None:
@@ -53,7 +61,10 @@ class ContextFitter:
         self, template: str, question: str, context: str, overhead: int = 32
     ) -> tuple[str, bool]:
         skeleton = template.format(question=question, context="")
-        room = self.max_model_len - self.max_answer_tokens - self.count(skeleton) - overhead
+        budget = self.max_model_len - self.max_answer_tokens - overhead
+        if self.has_tokenizer and len((skeleton + context).encode("utf-8")) <= budget:
+            return context, False  # a (byte-level) token spans at least one byte: it fits
+        room = budget - self.count(skeleton)
         if room <= 0:
             raise ValueError(
                 f"the prompt alone does not fit a {self.max_model_len}-token window with "

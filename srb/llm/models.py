@@ -68,11 +68,8 @@ def check_sources_present(models: dict[str, dict[str, Any]], names: list[str]) -
         if spec is None:
             raise ModelError(f"model {name!r} is not defined under llm.models")
         source = spec.get("source", {})
-        if "path" in source:
-            if not Path(source["path"]).exists():
-                raise ModelError(f"model {name!r}: local path {source['path']} does not exist")
-        elif "served_name" not in source:
-            gguf_sources(source)
+        if "path" not in source and "served_name" not in source:  # a local path is checked
+            gguf_sources(source)  # by prepare_model, so a dry run works where it is absent
 
 
 def join_gguf(parts: list[Path], out: Path) -> str:
@@ -162,6 +159,8 @@ def model_identity(model_dir: str | Path | None, spec: dict[str, Any]) -> dict[s
 def ensure_model(name: str, spec: dict[str, Any], models_dir: str | Path) -> dict[str, Any]:
     """Prepare `models_dir/name` unless it is already there and verifies: the recorded GGUF hash
     equals the pin and the weights still hash to what was recorded. Returns the model card."""
+    if "path" in spec["source"]:
+        return local_model_card(name, spec)
     model_dir = Path(models_dir) / name
     card_file = model_dir / MODEL_CARD
     pinned = spec.get("gguf_sha256")
@@ -182,3 +181,16 @@ def ensure_model(name: str, spec: dict[str, Any], models_dir: str | Path) -> dic
                 "model %s: weights in %s changed since preparation; rebuilding", name, model_dir
             )
     return prepare_model(name, spec, model_dir)
+
+
+def local_model_card(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A model already on disk (a GPU host's HF checkpoint): check it is servable and record its
+    weights hash, or the pinned `revision` when hashing hundreds of GB is not wanted."""
+    path = Path(spec["source"]["path"])
+    if not (path / "config.json").is_file():
+        raise ModelError(f"model {name!r}: {path} is not a model directory (no config.json)")
+    weights = spec.get("revision") or weights_sha256(path)
+    if not spec.get("revision") and not list(path.glob("*.safetensors")):
+        raise ModelError(f"model {name!r}: no *.safetensors in {path}; pin a `revision` instead")
+    return {"name": name, "source": spec["source"], "weights_sha256": weights,
+            "revision": spec.get("revision")}
