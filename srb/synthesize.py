@@ -40,7 +40,9 @@ class ContextFitter:
         self.max_answer_tokens = max_answer_tokens
         self.model_dir = model_dir
         self._tokenizer: Any = None
-        self.has_tokenizer = bool(model_dir) and (Path(model_dir) / "tokenizer_config.json").is_file()
+        self.has_tokenizer = (
+            bool(model_dir) and (Path(model_dir) / "tokenizer_config.json").is_file()
+        )
 
     @property
     def tokenizer(self) -> Any:

@@ -192,5 +192,9 @@ def local_model_card(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     weights = spec.get("revision") or weights_sha256(path)
     if not spec.get("revision") and not list(path.glob("*.safetensors")):
         raise ModelError(f"model {name!r}: no *.safetensors in {path}; pin a `revision` instead")
-    return {"name": name, "source": spec["source"], "weights_sha256": weights,
-            "revision": spec.get("revision")}
+    return {
+        "name": name,
+        "source": spec["source"],
+        "weights_sha256": weights,
+        "revision": spec.get("revision"),
+    }
