@@ -49,15 +49,29 @@ class ContextFitter:
         """Loaded on first use: a job whose contexts all fit by character count never pays for
         importing transformers (most of a warm rerun's time per job)."""
         if self._tokenizer is None and self.has_tokenizer:
-            from transformers import AutoTokenizer
+            fast = Path(self.model_dir) / "tokenizer.json"
+            if fast.is_file():  # the `tokenizers` runtime alone: same ids, no transformers import
+                from tokenizers import Tokenizer
 
-            self._tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+                self._tokenizer = Tokenizer.from_file(str(fast))
+            else:
+                from transformers import AutoTokenizer
+
+                self._tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         return self._tokenizer
+
+    def _encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        tok = self.tokenizer
+        if hasattr(tok, "encode_batch"):  # tokenizers.Tokenizer
+            enc = tok.encode(text, add_special_tokens=False)
+            return enc.ids, enc.offsets
+        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        return enc["input_ids"], enc["offset_mapping"]
 
     def count(self, text: str) -> int:
         if self.tokenizer is None:
             return int(len(text) / CHARS_PER_TOKEN_FALLBACK) + 1
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return len(self._encode(text)[0])
 
     def fit(
         self, template: str, question: str, context: str, overhead: int = 32
@@ -76,8 +90,7 @@ class ContextFitter:
             return context, False
         if self.tokenizer is None:
             return context[: int((room - 1) * CHARS_PER_TOKEN_FALLBACK)], True  # count() <= room
-        enc = self.tokenizer(context, add_special_tokens=False, return_offsets_mapping=True)
-        cut = enc["offset_mapping"][room - 1][1]
+        cut = self._encode(context)[1][room - 1][1]
         return context[:cut], True
 
 
