@@ -8,12 +8,12 @@ byte-identical FAISS index. The encoder model itself is loaded only when somethi
 from __future__ import annotations
 
 import hashlib
-import sqlite3
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+
+from srb.sqlite_wal import open_wal
 
 
 def encoder_fingerprint(model_path: str) -> str:
@@ -28,16 +28,7 @@ def encoder_fingerprint(model_path: str) -> str:
 
 class EmbeddingCache:
     def __init__(self, path: str | Path):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(path, timeout=120, isolation_level=None)
-        for attempt in range(200):  # journal-mode switch ignores the busy handler
-            try:
-                self._conn.execute("PRAGMA journal_mode=WAL")
-                break
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or attempt == 199:
-                    raise
-                time.sleep(0.05)
+        self._conn = open_wal(path)
         self._conn.execute(
             "CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, dim INTEGER, vec BLOB)"
         )

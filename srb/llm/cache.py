@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
+
+from srb.sqlite_wal import open_wal
 
 
 def call_key(**parts: Any) -> str:
@@ -24,20 +25,7 @@ def call_key(**parts: Any) -> str:
 class CallCache:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(
-            self.path, timeout=120, isolation_level=None, check_same_thread=False
-        )
-        # SQLite skips the busy handler when switching journal mode, so a first open racing
-        # another process's write can see "database is locked": retry it ourselves.
-        for attempt in range(200):
-            try:
-                self._conn.execute("PRAGMA journal_mode=WAL")
-                break
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or attempt == 199:
-                    raise
-                time.sleep(0.05)
+        self._conn = open_wal(self.path, check_same_thread=False)
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute(
             "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, kind TEXT, model TEXT,"
