@@ -15,6 +15,7 @@ CORPORA = config["corpora"]
 SYSTEMS = config["systems"]
 MODALITIES = config["modalities"]
 BUDGETS = [str(b) for b in config["budgets"]]
+HYBRID_CHANNELS = config["retrieval"]["hybrid_channels"]
 LLM = config.get("llm")
 if LLM:
     from srb.llm.models import check_sources_present
@@ -65,6 +66,27 @@ def retrieval_cells(corpus):
         modality=MODALITIES,
         budget=BUDGETS,
     )
+
+
+def channel_index(wildcards, channel):
+    """The channel's index when any configured modality searches it (the doctor probes it)."""
+    uses = channel in MODALITIES or ("hybrid" in MODALITIES and channel in HYBRID_CHANNELS)
+    return f"results/{wildcards.corpus}/index/{wildcards.system}/{channel}" if uses else []
+
+
+def doctor_settings(wildcards):
+    return {
+        "probes": config["doctor"]["probes"],
+        "modalities": MODALITIES,
+        "hybrid_channels": HYBRID_CHANNELS,
+        "budgets": BUDGETS,
+        "mode": config["budget_mode"],
+        "tolerance": config["budget_tolerance"],
+        "rrf_k": config["retrieval"]["rrf_k"],
+        "depth": config["retrieval"]["depth"],
+        "bm25": {"k1": config["bm25"]["k1"], "b": config["bm25"]["b"]},
+        "dense": config["dense"],
+    }
 
 
 def file_hash(*paths):

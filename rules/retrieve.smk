@@ -2,6 +2,7 @@ rule rank_bm25:
     input:
         questions="results/{corpus}/corpus/questions.jsonl",
         index="results/{corpus}/index/{system}/bm25",
+        doctor="results/{corpus}/doctor/{system}.json",
     output:
         ranking="results/{corpus}/rankings/{system}/bm25.jsonl",
     log:
@@ -24,6 +25,7 @@ rule rank_dense:
     input:
         questions="results/{corpus}/corpus/questions.jsonl",
         index="results/{corpus}/index/{system}/dense",
+        doctor="results/{corpus}/doctor/{system}.json",
     output:
         ranking="results/{corpus}/rankings/{system}/dense.jsonl",
     log:
@@ -44,8 +46,11 @@ rule rank_dense:
 
 rule rank_hybrid:
     input:
-        bm25="results/{corpus}/rankings/{system}/bm25.jsonl",
-        dense="results/{corpus}/rankings/{system}/dense.jsonl",
+        channels=expand(
+            "results/{{corpus}}/rankings/{{system}}/{channel}.jsonl",
+            channel=HYBRID_CHANNELS,
+        ),
+        doctor="results/{corpus}/doctor/{system}.json",
     output:
         ranking="results/{corpus}/rankings/{system}/hybrid.jsonl",
     log:
@@ -81,5 +86,6 @@ rule restore_context:
         runtime=10,
     params:
         mode=config["budget_mode"],
+        tolerance=config["budget_tolerance"],
     script:
         "../workflow/scripts/restore_context.py"

@@ -12,7 +12,9 @@ from srb.data.canonical import iter_jsonl, load_canonical
 from srb.ingest import read_units
 from srb.retrieve import (
     Hit,
+    budget_cap,
     calibrated_top_k,
+    cap_restored,
     mean_unit_chars,
     parse_budget,
     restore_packed,
@@ -77,13 +79,18 @@ def rank_dense(
 
 
 def rank_hybrid(
-    bm25_file: str | Path, dense_file: str | Path, out: str | Path, depth: int, k: int = 60
+    channel_files: Sequence[str | Path], out: str | Path, depth: int, k: int = 60
 ) -> None:
-    bm25, dense = read_ranking(bm25_file), read_ranking(dense_file)
-    if bm25.keys() != dense.keys():
-        raise ValueError(f"{bm25_file} and {dense_file} rank different question sets")
-    fused = {q: rrf([bm25[q], dense[q]], k=k, depth=depth) for q in bm25}
-    _write_ranking(out, list(bm25), fused)
+    """RRF over the enabled channels' rankings (retrieval.hybrid_channels; the doctor fails a
+    hybrid that fuses fewer than both)."""
+    runs = [read_ranking(f) for f in channel_files]
+    if not runs:
+        raise ValueError("hybrid ranking needs at least one channel")
+    for f, run in zip(channel_files[1:], runs[1:], strict=True):
+        if run.keys() != runs[0].keys():
+            raise ValueError(f"{channel_files[0]} and {f} rank different question sets")
+    fused = {q: rrf([run[q] for run in runs], k=k, depth=depth) for q in runs[0]}
+    _write_ranking(out, list(runs[0]), fused)
 
 
 def restore_cell(
@@ -94,6 +101,7 @@ def restore_cell(
     mode: str,
     out: str | Path,
     native_file: str | Path | None = None,
+    tolerance: float = 0.25,
 ) -> None:
     """Write one retrieval cell: per question, the restored units, scores, spans and context."""
     ranking = read_ranking(ranking_file)
@@ -109,10 +117,14 @@ def restore_cell(
             raise ValueError("calibrated budgets need the native cell of the same system/modality")
         native = [r for _, r in iter_jsonl(Path(native_file))]
         top_k = calibrated_top_k(requested, mean_unit_chars(native))
-        cells = [restore_top_k(q, h, units, top_k, requested) for q, h in ranking.items()]
+        cap = budget_cap(requested, tolerance)
+        cells = [
+            cap_restored(restore_top_k(q, h, units, top_k, requested), cap)
+            for q, h in ranking.items()
+        ]
     else:
         raise ValueError(f"unknown budget mode {mode!r}")
-    short = [c for c in cells if c.top_k and len(c.hits) < c.top_k]
+    short = [c for c in cells if c.top_k and len(c.hits) < c.top_k and not c.truncated]
     if short:
         log.warning(
             "%d questions got fewer units than top_k (ranking depth or corpus size)", len(short)

@@ -3,7 +3,9 @@
 A ranking (per question, per system and modality) is computed once at a fixed depth; every
 budget cell is then a cheap cut of it. Three budget controls:
 - `native`: the system's own top_k;
-- `calibrated` (the paper's): top_k = round(B / mean characters per unit on the native run);
+- `calibrated` (the paper's): top_k = round(B / mean characters per unit on the native run),
+  then capped at (1 + tolerance) x B so a system whose single unit dwarfs the budget (a whole
+  paper under a 1K budget) is cut, and marked truncated, instead of silently overspending;
 - `pack`: units in rank order until B characters, the last one cut so the cap is exact.
 Each restored query records requested and achieved characters so no budget claim goes unchecked.
 """
@@ -121,6 +123,32 @@ def restore_top_k(
 ) -> Restored:
     chosen = list(hits[:top_k])
     return Restored(qid, chosen, [units[u].text for u, _ in chosen], requested, top_k, False)
+
+
+def cap_restored(restored: Restored, cap: int) -> Restored:
+    """Cut a restoration to at most `cap` characters in rank order (the last unit kept is cut)."""
+    if restored.achieved_chars <= cap:
+        return restored
+    hits: list[Hit] = []
+    texts: list[str] = []
+    used = 0
+    for hit, text in zip(restored.hits, restored.texts, strict=True):
+        if used >= cap:
+            break
+        text = text[: cap - used]
+        hits.append(hit)
+        texts.append(text)
+        used += len(text)
+    return Restored(
+        restored.question_id, hits, texts, restored.requested_chars, restored.top_k, True
+    )
+
+
+def budget_cap(budget: int, tolerance: float) -> int:
+    """The most characters a calibrated cell may restore for a requested budget."""
+    if tolerance < 0:
+        raise ValueError(f"budget tolerance must be >= 0, got {tolerance}")
+    return int(budget * (1 + tolerance))
 
 
 def restore_packed(

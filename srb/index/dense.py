@@ -166,6 +166,8 @@ class DenseSearcher:
     def search(
         self, queries: Sequence[str], qids: Sequence[str], depth: int, batch_size: int = 32
     ) -> dict[str, list[tuple[str, float]]]:
+        if self.num_docs == 0:  # an empty store answers nothing (the doctor reports it)
+            return {qid: [] for qid in qids}
         vectors = self.encoder.encode(queries, batch_size=batch_size)
         depth = min(depth, self.num_docs)
         scores, idx = self.index.search(vectors, depth)

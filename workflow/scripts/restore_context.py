@@ -13,4 +13,5 @@ with job_logging(snakemake.log[0], f"restore[{wc.corpus}/{wc.system}/{wc.modalit
         snakemake.params.mode,
         snakemake.output.cell,
         snakemake.input.native or None,
+        snakemake.params.tolerance,
     )

@@ -1,0 +1,23 @@
+rule doctor:
+    """The paper's pre-run checklist per corpus x system; every ranking of the system waits on it."""
+    input:
+        manifest="results/{corpus}/corpus/manifest.json",
+        questions="results/{corpus}/corpus/questions.jsonl",
+        units="results/{corpus}/units/{system}.jsonl",
+        ingest_log="results/{corpus}/units/{system}.ingest.json",
+        bm25=lambda wc: channel_index(wc, "bm25"),
+        dense=lambda wc: channel_index(wc, "dense"),
+    output:
+        report="results/{corpus}/doctor/{system}.json",
+    log:
+        "results/logs/doctor/{corpus}/{system}.log",
+    conda:
+        "../envs/srb.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    params:
+        settings=doctor_settings,
+    script:
+        "../workflow/scripts/doctor.py"

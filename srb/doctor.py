@@ -1,0 +1,355 @@
+"""The pre-run doctor: the paper's six-line checklist, per corpus x system, before any ranking.
+
+The paper lost runs to integrations that returned nothing and still "succeeded": a store that
+pointed at an empty index, a hybrid whose BM25 channel was disabled, a unit count that did not
+match the ingest log. Each check below is cheap (a few probe queries) and prints the numbers it
+saw, so a failure reads as a diagnosis rather than a stack trace:
+
+1. probe_context   a known-good probe query returns nonzero context in every modality;
+2. budget_match    achieved characters match each requested budget within the tolerance;
+3. channels        lexical and dense channels are both enabled and both feed hybrid results;
+4. unit_count      stored units (units file, Lucene, FAISS) equal the ingest log's count;
+5. document_count  source documents behind the units equal the corpus manifest;
+6. top_k_growth    raising top_k raises the restored size on a probe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from srb.atomic import write_json
+from srb.data.canonical import iter_jsonl, load_canonical
+from srb.ingest import read_units
+from srb.retrieve import (
+    Hit,
+    budget_cap,
+    calibrated_top_k,
+    cap_restored,
+    parse_budget,
+    restore_packed,
+    restore_top_k,
+    rrf,
+    sort_hits,
+)
+from srb.systems import get_system
+from srb.units import Unit
+
+log = logging.getLogger(__name__)
+
+CHANNELS = ("bm25", "dense")
+
+
+class DoctorError(RuntimeError):
+    """A failed pre-run check; the message names corpus, system, check and numbers seen."""
+
+
+@dataclass
+class Check:
+    number: int
+    name: str
+    ok: bool | None  # None: not applicable here (said so in `message`)
+    message: str
+    seen: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Probe:
+    id: str
+    text: str
+
+
+def probes_from_config(corpus_dir: str | Path, spec: int | Sequence[str]) -> list[Probe]:
+    """Explicit probe texts, or the first N questions of the corpus (their answers are in it)."""
+    if isinstance(spec, int):
+        questions = load_canonical(corpus_dir).questions[:spec]
+        return [Probe(q.id, q.question) for q in questions]
+    return [Probe(f"probe-{i}", text) for i, text in enumerate(spec)]
+
+
+def channel_hits(
+    probes: Sequence[Probe],
+    modalities: Sequence[str],
+    bm25_index: str | Path | None,
+    dense_index: str | Path | None,
+    depth: int,
+    bm25_params: Mapping[str, float],
+    dense_cfg: Mapping[str, Any],
+) -> dict[str, dict[str, list[Hit]]]:
+    """Per channel the probes' rankings, searched exactly as the rank rules search."""
+    qids, texts = [p.id for p in probes], [p.text for p in probes]
+    needed = {c for m in modalities for c in (CHANNELS if m == "hybrid" else (m,))}
+    out: dict[str, dict[str, list[Hit]]] = {}
+    if "bm25" in needed and bm25_index is not None:
+        from srb.index.lucene import BM25Searcher
+
+        searcher = BM25Searcher(bm25_index, bm25_params["k1"], bm25_params["b"])
+        out["bm25"] = {q: sort_hits(h) for q, h in searcher.search(texts, qids, depth).items()}
+    if "dense" in needed and dense_index is not None:
+        from srb.index.dense import DenseSearcher, Encoder
+
+        encoder = Encoder(
+            dense_cfg.get("encoder", "minilm"),
+            threads=dense_cfg.get("threads", 1),
+            cache_path=dense_cfg.get("cache"),
+        )
+        searcher = DenseSearcher(
+            dense_index, encoder, dense_cfg.get("gpu", False), dense_cfg.get("ef_search", 64)
+        )
+        found = searcher.search(texts, qids, depth, dense_cfg.get("batch_size", 32))
+        out["dense"] = {q: sort_hits(h) for q, h in found.items()}
+    return out
+
+
+def store_counts(bm25_index: str | Path | None, dense_index: str | Path | None) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    if bm25_index is not None:
+        from srb.index.lucene import lucene_doc_count
+
+        counts["bm25_index_units"] = lucene_doc_count(bm25_index)
+    if dense_index is not None:
+        import faiss
+
+        counts["dense_index_units"] = int(faiss.read_index(str(Path(dense_index) / "index.faiss")).ntotal)
+    return counts
+
+
+class Doctor:
+    """Runs the six checks on already-searched probes; pure apart from the inputs it is given."""
+
+    def __init__(
+        self,
+        system: str,
+        probes: Sequence[Probe],
+        units: Mapping[str, Unit],
+        hits: Mapping[str, Mapping[str, list[Hit]]],
+        modalities: Sequence[str],
+        hybrid_channels: Sequence[str],
+        budgets: Sequence[str],
+        mode: str,
+        tolerance: float,
+        rrf_k: int,
+        depth: int,
+    ):
+        self.spec = get_system(system)
+        self.probes, self.units = list(probes), units
+        self.hits, self.modalities = hits, list(modalities)
+        self.hybrid_channels = list(hybrid_channels)
+        self.budgets, self.mode, self.tolerance = list(budgets), mode, tolerance
+        self.rrf_k, self.depth = rrf_k, depth
+
+    def ranking(self, modality: str, probe: Probe) -> list[Hit]:
+        """The probe's ranking as the rank rules build it, minus ids the units file lacks
+        (those are counted by the channels check)."""
+        if modality == "hybrid":
+            runs = [self.hits[c][probe.id] for c in self.hybrid_channels if c in self.hits]
+            ranked = rrf(runs, k=self.rrf_k, depth=self.depth) if runs else []
+        else:
+            ranked = self.hits.get(modality, {}).get(probe.id, [])
+        return [h for h in ranked if h[0] in self.units]
+
+    def restored_chars(self, modality: str, probe: Probe, top_k: int) -> int:
+        ranking = self.ranking(modality, probe)
+        return restore_top_k(probe.id, ranking, self.units, top_k, None).achieved_chars
+
+    def probe_context(self) -> Check:
+        k = self.spec.native_top_k
+        seen = {m: {p.id: self.restored_chars(m, p, k) for p in self.probes} for m in self.modalities}
+        empty = [f"{m}:{pid}" for m, per in seen.items() for pid, c in per.items() if c == 0]
+        if not self.probes:
+            return Check(1, "probe_context", False, "no probe queries configured", seen)
+        if empty:
+            msg = f"probe queries returned no context at native top_k={k}: {', '.join(empty)}"
+            return Check(1, "probe_context", False, msg, seen)
+        low = min(c for per in seen.values() for c in per.values())
+        return Check(1, "probe_context", True, f"every probe restored context (min {low} chars)", seen)
+
+    def budget_match(self) -> Check:
+        numeric = [b for b in self.budgets if parse_budget(b) is not None]
+        if not numeric:
+            return Check(2, "budget_match", None, "not applicable: only native budgets configured")
+        seen: dict[str, Any] = {}
+        bad = []
+        for m in self.modalities:
+            native = [
+                restore_top_k(p.id, self.ranking(m, p), self.units, self.spec.native_top_k, None)
+                for p in self.probes
+            ]
+            n_units = sum(len(r.hits) for r in native)
+            mean_unit = sum(r.achieved_chars for r in native) / n_units if n_units else 0.0
+            for b in numeric:
+                requested = parse_budget(b)
+                assert requested is not None
+                if self.mode == "pack":
+                    cells = [restore_packed(p.id, self.ranking(m, p), self.units, requested)
+                             for p in self.probes]  # fmt: skip
+                elif mean_unit <= 0:
+                    seen[f"{m}/{b}"] = {"requested": requested, "achieved_mean": 0, "ratio": 0.0}
+                    bad.append(f"{m}/{b}: native probes restored nothing to calibrate on")
+                    continue
+                else:
+                    top_k = calibrated_top_k(requested, mean_unit)
+                    cap = budget_cap(requested, self.tolerance)
+                    cells = [
+                        cap_restored(restore_top_k(p.id, self.ranking(m, p), self.units, top_k,
+                                                   requested), cap)
+                        for p in self.probes
+                    ]  # fmt: skip
+                achieved = statistics.fmean(c.achieved_chars for c in cells)
+                ratio = achieved / requested
+                seen[f"{m}/{b}"] = {
+                    "requested": requested,
+                    "achieved_mean": round(achieved, 1),
+                    "ratio": round(ratio, 4),
+                }
+                if abs(ratio - 1) > self.tolerance:
+                    bad.append(f"{m}/{b}: requested {requested}, achieved {achieved:.0f} "
+                               f"(ratio {ratio:.2f})")  # fmt: skip
+        if bad:
+            msg = f"achieved characters off the budget by more than {self.tolerance:.0%}: " + "; ".join(bad)
+            return Check(2, "budget_match", False, msg, seen)
+        return Check(2, "budget_match", True, f"all budgets within {self.tolerance:.0%}", seen)
+
+    def channels(self) -> Check:
+        needed = {c for m in self.modalities for c in (CHANNELS if m == "hybrid" else (m,))}
+        seen: dict[str, Any] = {"hybrid_channels": self.hybrid_channels}
+        problems = []
+        for c in sorted(needed):
+            total = sum(len(self.hits.get(c, {}).get(p.id, [])) for p in self.probes)
+            unknown = sum(
+                u not in self.units for p in self.probes for u, _ in self.hits.get(c, {}).get(p.id, [])
+            )
+            seen[f"{c}_hits"], seen[f"{c}_unknown_unit_ids"] = total, unknown
+            if total == 0:
+                problems.append(f"the {c} channel returned 0 hits on {len(self.probes)} probes")
+            if unknown:
+                problems.append(f"the {c} channel returned {unknown} unit ids the units file lacks "
+                                "(a stale index)")  # fmt: skip
+        if "hybrid" in self.modalities:
+            disabled = [c for c in CHANNELS if c not in self.hybrid_channels]
+            if disabled:
+                problems.append(f"hybrid has the {' and '.join(disabled)} channel disabled "
+                                f"(retrieval.hybrid_channels = {self.hybrid_channels})")  # fmt: skip
+            k = self.spec.native_top_k
+            contrib = dict.fromkeys(CHANNELS, 0)
+            for p in self.probes:
+                fused = [u for u, _ in self.ranking("hybrid", p)[:k]]
+                for c in CHANNELS:
+                    if c in self.hybrid_channels:
+                        ranked = {u for u, _ in self.hits.get(c, {}).get(p.id, [])}
+                        contrib[c] += sum(u in ranked for u in fused)
+            seen["hybrid_units_from"] = contrib
+            for c in CHANNELS:
+                if c in self.hybrid_channels and contrib[c] == 0:
+                    problems.append(f"the {c} channel contributed 0 of the hybrid top-{k} units")
+        if problems:
+            return Check(3, "channels", False, "; ".join(problems), seen)
+        return Check(3, "channels", True, "every channel returns hits and feeds hybrid", seen)
+
+    @staticmethod
+    def unit_count(ingest: Mapping[str, Any], n_units_file: int, stores: Mapping[str, int]) -> Check:
+        seen = {"ingest_log_units": ingest.get("n_units"), "units_file": n_units_file, **stores}
+        expected = ingest.get("n_units")
+        off = {k: v for k, v in seen.items() if k != "ingest_log_units" and v != expected}
+        if expected is None:
+            return Check(4, "unit_count", False, "the ingest log has no n_units", seen)
+        if off:
+            detail = ", ".join(f"{k} {v}" for k, v in off.items())
+            return Check(4, "unit_count", False, f"ingest log says {expected} units; {detail}", seen)
+        return Check(4, "unit_count", True, f"{expected} units everywhere", seen)
+
+    @staticmethod
+    def document_count(manifest: Mapping[str, Any], units: Mapping[str, Unit]) -> Check:
+        papers = len({u.paper_id for u in units.values()})
+        seen = {"manifest_papers": manifest.get("n_papers"), "papers_with_units": papers}
+        if manifest.get("n_papers") != papers:
+            msg = f"the manifest lists {manifest.get('n_papers')} papers, the units come from {papers}"
+            return Check(5, "document_count", False, msg, seen)
+        return Check(5, "document_count", True, f"{papers} papers, as in the manifest", seen)
+
+    def top_k_growth(self) -> Check:
+        k = self.spec.native_top_k
+        seen: dict[str, Any] = {}
+        flat = []
+        probe = self.probes[0] if self.probes else None
+        if probe is None:
+            return Check(6, "top_k_growth", False, "no probe queries configured", seen)
+        for m in self.modalities:
+            small, large = self.restored_chars(m, probe, k), self.restored_chars(m, probe, 2 * k)
+            seen[m] = {f"top_{k}": small, f"top_{2 * k}": large}
+            if large <= small:
+                flat.append(f"{m}: top_{k} {small} chars, top_{2 * k} {large} chars")
+        if flat:
+            return Check(6, "top_k_growth", False, "raising top_k did not grow the context: "
+                         + "; ".join(flat), seen)  # fmt: skip
+        return Check(6, "top_k_growth", True, f"top_{2 * k} restores more than top_{k}", seen)
+
+
+def run_doctor(
+    corpus: str,
+    system: str,
+    corpus_dir: str | Path,
+    units_file: str | Path,
+    ingest_log: str | Path,
+    bm25_index: str | Path | None,
+    dense_index: str | Path | None,
+    settings: Mapping[str, Any],
+    report: str | Path,
+) -> dict[str, Any]:
+    """Run the six checks, write the JSON report, and raise DoctorError if any failed.
+
+    A failed run writes its report beside the declared output (`<system>.failed.json`), since
+    Snakemake removes the outputs of a failed job and the numbers are what the user needs.
+    """
+    corpus_dir = Path(corpus_dir)
+    manifest = json.loads((corpus_dir / "manifest.json").read_text())
+    ingest = json.loads(Path(ingest_log).read_text())
+    units = read_units(units_file)
+    n_lines = sum(1 for _ in iter_jsonl(Path(units_file)))
+    probes = probes_from_config(corpus_dir, settings["probes"])
+    modalities = settings["modalities"]
+    hits = channel_hits(
+        probes, modalities, bm25_index, dense_index, settings["depth"],
+        settings["bm25"], settings["dense"],
+    )  # fmt: skip
+    doc = Doctor(
+        system, probes, units, hits, modalities, settings["hybrid_channels"],
+        settings["budgets"], settings["mode"], settings["tolerance"],
+        settings["rrf_k"], settings["depth"],
+    )  # fmt: skip
+    checks = [
+        doc.probe_context(),
+        doc.budget_match(),
+        doc.channels(),
+        Doctor.unit_count(ingest, n_lines, store_counts(bm25_index, dense_index)),
+        Doctor.document_count(manifest, units),
+        doc.top_k_growth(),
+    ]
+    failed = [c for c in checks if c.ok is False]
+    result = {
+        "corpus": corpus,
+        "system": system,
+        "ok": not failed,
+        "probes": [asdict(p) for p in probes],
+        "checks": [asdict(c) for c in checks],
+    }
+    report = Path(report)
+    failed_report = report.with_name(report.stem + ".failed.json")
+    for c in checks:
+        state = {True: "ok", False: "FAILED", None: "n/a"}[c.ok]
+        log.info("check %d %s: %s - %s", c.number, c.name, state, c.message)
+    if failed:
+        write_json(failed_report, result)
+        lines = "\n".join(f"  check {c.number} ({c.name}): {c.message}" for c in failed)
+        raise DoctorError(
+            f"doctor: corpus {corpus}, system {system}: {len(failed)} of 6 checks failed\n"
+            f"{lines}\n  full report: {failed_report}"
+        )
+    failed_report.unlink(missing_ok=True)
+    write_json(report, result)
+    return result
