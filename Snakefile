@@ -6,6 +6,9 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/corpus.smk"
 include: "rules/ingest.smk"
@@ -15,6 +18,7 @@ include: "rules/diagnostics.smk"
 include: "rules/models.smk"
 include: "rules/synthesize.smk"
 include: "rules/judge.smk"
+include: "rules/analysis.smk"
 include: "rules/anchor.smk"
 
 

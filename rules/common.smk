@@ -6,7 +6,11 @@ from snakemake.utils import validate
 
 sys.path.insert(0, workflow.basedir)
 
-from srb.config import check_config, check_llm_config  # noqa: E402
+from srb.config import (  # noqa: E402
+    check_analysis_config,
+    check_config,
+    check_llm_config,
+)
 
 validate(config, workflow.source_path("../config/schema.yaml"))
 check_config(config)
@@ -27,8 +31,10 @@ if LLM:
     check_sources_present(LLM["models"], LLM_MODELS)
     DIRECT_READ_BUDGET = str(LLM["direct_read_budget"])
     PROMPTS = LLM["prompts"]
+    ANALYSIS = config["analysis"]
 else:
     SYNTH, JUDGES, LLM_MODELS, DIRECT_READ_BUDGET = None, [], [], "0"
+    ANALYSIS = None
 
 
 wildcard_constraints:
@@ -70,8 +76,12 @@ def retrieval_cells(corpus):
 
 def channel_index(wildcards, channel):
     """The channel's index when any configured modality searches it (the doctor probes it)."""
-    uses = channel in MODALITIES or ("hybrid" in MODALITIES and channel in HYBRID_CHANNELS)
-    return f"results/{wildcards.corpus}/index/{wildcards.system}/{channel}" if uses else []
+    uses = channel in MODALITIES or (
+        "hybrid" in MODALITIES and channel in HYBRID_CHANNELS
+    )
+    return (
+        f"results/{wildcards.corpus}/index/{wildcards.system}/{channel}" if uses else []
+    )
 
 
 def doctor_settings(wildcards):
@@ -127,6 +137,12 @@ def llm_cells():
     return cells
 
 
+if LLM:
+    _resolved = check_analysis_config(ANALYSIS, llm_cells())
+    ROUTER_SYSTEMS = _resolved["router_systems"]
+    QUALITATIVE_SYSTEM = _resolved["qualitative_system"]
+
+
 def judgment_files(wildcards):
     return [
         f"results/{wildcards.corpus}/judgments/{wildcards.synth}/{wildcards.judge}/{s}/{m}/{b}.jsonl"
@@ -137,6 +153,22 @@ def judgment_files(wildcards):
 def cell_context_files(wildcards):
     return [
         f"results/{wildcards.corpus}/retrieval/{s}/{m}/{b}.jsonl"
+        for s, m, b in llm_cells()
+    ]
+
+
+def all_judgment_files(wildcards):
+    """Every judge's judgments of every cell, judge-major (calibration compares judges)."""
+    return [
+        f"results/{wildcards.corpus}/judgments/{wildcards.synth}/{judge}/{s}/{m}/{b}.jsonl"
+        for judge in JUDGES
+        for s, m, b in llm_cells()
+    ]
+
+
+def answer_files(wildcards):
+    return [
+        f"results/{wildcards.corpus}/answers/{wildcards.synth}/{s}/{m}/{b}.jsonl"
         for s, m, b in llm_cells()
     ]
 
@@ -163,6 +195,22 @@ def get_final_output():
             judge=JUDGES,
             ext=["csv", "md", "png"],
         )
+        targets += expand(
+            [
+                "results/{corpus}/stats/{synth}/{judge}/bootstrap.csv",
+                "results/{corpus}/stats/{synth}/{judge}/router.csv",
+                "results/{corpus}/stats/{synth}/{judge}/tiers.png",
+                "results/{corpus}/stats/{synth}/{judge}/human_agreement.csv",
+                "results/{corpus}/stats/{synth}/calibration.csv",
+                "results/{corpus}/qualitative/{synth}/{judge}.md",
+            ],
+            corpus=CORPORA,
+            synth=SYNTH,
+            judge=JUDGES,
+        )
+    targets += expand(
+        "results/{corpus}/doctor/{system}.json", corpus=CORPORA, system=SYSTEMS
+    )
     return targets
 
 

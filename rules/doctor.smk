@@ -8,7 +8,11 @@ rule doctor:
         bm25=lambda wc: channel_index(wc, "bm25"),
         dense=lambda wc: channel_index(wc, "dense"),
     output:
-        report="results/{corpus}/doctor/{system}.json",
+        report=report(
+            "results/{corpus}/doctor/{system}.json",
+            caption="../report/doctor.rst",
+            category="Doctor",
+        ),
     log:
         "results/logs/doctor/{corpus}/{system}.log",
     conda:

@@ -57,6 +57,46 @@ def _stop_servers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _answer_file(root: Path, label: str) -> tuple[tuple[str, str, str], Path]:
+    """'simple_rag/hybrid/native' | 'base' | 'direct_read' -> (cell, its answers file)."""
+    if label in ("base", "direct_read"):
+        found = sorted((root / label / "none").glob("*.jsonl"))
+        if len(found) != 1:
+            raise FileNotFoundError(f"expected one answers file under {root / label / 'none'}")
+        return (label, "none", found[0].stem), found[0]
+    parts = label.split("/")
+    if len(parts) != 3:
+        raise ValueError(f"cell {label!r}: expected system/modality/budget, base or direct_read")
+    path = root.joinpath(*parts[:2], parts[2] + ".jsonl")
+    if not path.is_file():
+        raise FileNotFoundError(f"cell {label}: no answers at {path}")
+    return (parts[0], parts[1], parts[2]), path
+
+
+def _draw_pairs(args: argparse.Namespace) -> int:
+    from srb.data.canonical import iter_jsonl
+    from srb.votes import draw_pairs
+
+    root = Path(args.answers)
+    answers = dict(_answer_file(root, label) for label in args.cells)
+    if len(answers) < 2:
+        raise ValueError("draw-pairs needs at least two distinct cells")
+    questions = {r["id"]: r["question"] for _, r in iter_jsonl(Path(args.questions))}
+    ballot = Path(args.out)
+    key = ballot.with_name(ballot.stem + ".key.csv")
+    n = draw_pairs(answers, questions, args.n, args.seed, ballot, key)
+    print(f"{n} blinded pairs -> {ballot} (vote 1, 2 or tie); key -> {key} (keep it from raters)")
+    return 0
+
+
+def _unblind(args: argparse.Namespace) -> int:
+    from srb.votes import unblind
+
+    n = unblind(args.ballot, args.key, args.out)
+    print(f"{n} votes -> {args.out} (set analysis.votes to this file)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m srb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -78,13 +118,27 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("stop-servers", help="stop vLLM servers the workflow left running")
     p.add_argument("--servers-dir", default="cache/servers")
     p.set_defaults(func=_stop_servers)
+    p = sub.add_parser("draw-pairs", help="draw blinded A/B answer pairs for human votes")
+    p.add_argument("--answers", required=True, help="results/<corpus>/answers/<synthesizer>")
+    p.add_argument("--questions", required=True, help="results/<corpus>/corpus/questions.jsonl")
+    p.add_argument("--cells", nargs="+", required=True,
+                   help="system/modality/budget, base or direct_read (two or more)")  # fmt: skip
+    p.add_argument("--n", type=int, default=40, help="pairs to draw (capped by what exists)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="ballot CSV; the key goes beside it (.key.csv)")
+    p.set_defaults(func=_draw_pairs)
+    p = sub.add_parser("unblind-votes", help="filled ballot + key -> votes CSV for analysis.votes")
+    p.add_argument("ballot")
+    p.add_argument("key")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_unblind)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from srb.data.schema import DataError
 
     try:
         return args.func(args)
-    except (DataError, FileNotFoundError) as exc:
+    except (DataError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -148,7 +148,7 @@ def budget_cap(budget: int, tolerance: float) -> int:
     """The most characters a calibrated cell may restore for a requested budget."""
     if tolerance < 0:
         raise ValueError(f"budget tolerance must be >= 0, got {tolerance}")
-    return int(budget * (1 + tolerance))
+    return math.floor(budget * (1 + tolerance) + 1e-6)  # 100 x 1.15 is 114.999... in binary
 
 
 def restore_packed(

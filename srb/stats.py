@@ -163,14 +163,14 @@ def agreement_by_gap(
 
     Empty buckets are listed with n = 0 and no rate (not a 0% agreement).
     """
-    if not edges or edges[0] != 0 or any(b <= a for a, b in zip(edges, edges[1:])):
-        raise ValueError(f"gap bucket edges must start at 0 and strictly increase, got {list(edges)}")
+    if not edges or edges[0] != 0 or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+        raise ValueError(
+            f"gap bucket edges must start at 0 and strictly increase, got {list(edges)}"
+        )
     rows = []
     bounds = [*edges, math.inf]
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        inside = [
-            (g, v) for g, v in zip(gaps, votes, strict=True) if lo <= abs(g) < hi
-        ]
+        inside = [(g, v) for g, v in zip(gaps, votes, strict=True) if lo <= abs(g) < hi]
         agree = sum(judge_preference(g, tau) == v for g, v in inside)
         row: dict[str, Any] = {
             "bucket": f"[{lo:g}, {hi:g})" if hi != math.inf else f">= {lo:g}",

@@ -5,14 +5,26 @@ server and rewrite byte-identical files."""
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from test_workflow import REPO, read_jsonl, snakemake, write_config, write_tiny_corpus
 
 pytestmark = pytest.mark.integration
 
+ANALYSIS = {
+    "contrasts": [
+        {"a": "simple_rag/hybrid/native", "b": "base"},
+        {"a": "simple_rag/hybrid/2K", "b": "simple_rag/bm25/2K", "label": "hybrid vs bm25"},
+    ],
+    "bootstrap": {"resamples": 2000, "seed": 0},
+    "qualitative": {"questions": 2},
+}
 MODEL_SHA = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
@@ -70,7 +82,7 @@ def llm_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("llm")
     corpus = write_tiny_corpus(root)
     config = write_config(root, corpus, systems=["simple_rag"], modalities=["bm25", "hybrid"],
-                          budgets=["native", "2K"], llm=llm_config(root))  # fmt: skip
+                          budgets=["native", "2K"], llm=llm_config(root), analysis=ANALYSIS)  # fmt: skip
     proc = snakemake(root, config)
     assert proc.returncode == 0, proc.stderr[-5000:]
     return root, config
@@ -188,3 +200,109 @@ def test_transformers_backend_answers_with_the_packaged_model():
     completion = backend.chat(ChatRequest([{"role": "user", "content": question}], max_tokens=8))
     assert "paris" in completion.text.lower()
     assert completion.prompt_tokens > 5 and 0 < completion.completion_tokens <= 8
+
+
+def read_csv(path: Path) -> list[dict]:
+    import csv
+
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_analyses_are_workflow_targets(llm_run):
+    """Doctor, bootstrap, calibration, router, tiers, qualitative: produced by the default target."""
+    root, _ = llm_run
+    stats = root / "results/tiny/stats/smollm2-135m"
+    doctor = json.loads((root / "results/tiny/doctor/simple_rag.json").read_text())
+    assert doctor["ok"] and len(doctor["checks"]) == 6
+    boot = read_csv(stats / "rubric/bootstrap.csv")
+    assert [r["contrast"] for r in boot] == ["simple_rag/hybrid/native - base", "hybrid vs bm25"]
+    rubric = {
+        cell: {r["question_id"]: r["composite"] for r in read_jsonl(
+            root / f"results/tiny/judgments/smollm2-135m/rubric/{cell}.jsonl")}
+        for cell in ("simple_rag/hybrid/native", "base/none/native")
+    }  # fmt: skip
+    diffs = [rubric["simple_rag/hybrid/native"][q] - rubric["base/none/native"][q]
+             for q in rubric["base/none/native"]]  # fmt: skip
+    assert float(boot[0]["delta"]) == pytest.approx(sum(diffs) / len(diffs), abs=1e-3)
+    assert int(boot[0]["n"]) == 3 and float(boot[0]["ci_low"]) <= float(boot[0]["ci_high"])
+    calib = read_csv(stats / "calibration.csv")
+    assert len(calib) == 1 and (calib[0]["judge_x"], calib[0]["judge_y"]) == (
+        "rubric",
+        "smollm2-135m",
+    )
+    cells = 2 * 2 + 2  # 2 modalities x 2 budgets for simple_rag, plus base and direct_read
+    assert int(calib[0]["n_excluded_x_invalid"]) == 0  # the rubric judge never fails
+    assert int(calib[0]["n_pairs"]) + int(calib[0]["n_excluded_y_invalid"]) == cells * 3
+    router = read_csv(stats / "rubric/router.csv")
+    assert [r["budget"] for r in router] == ["native", "2K"]
+    assert all(r["status"] == "ok" and float(r["oracle_score"]) >= float(r["best_single_score"])
+               for r in router)  # fmt: skip
+    for png in (stats / "rubric/tiers.png", stats / "calibration.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    agreement = read_csv(stats / "rubric/human_agreement.csv")
+    assert agreement[0]["view"].startswith("not applicable: no human votes")
+    qual = (root / "results/tiny/qualitative/smollm2-135m/rubric.md").read_text()
+    assert "### Q-salt" in qual and "### Q-statin" in qual and "## B. simple_rag/hybrid" in qual
+
+
+def test_human_votes_round_trip_and_html_report(llm_run, tmp_path):
+    """draw-pairs -> filled ballot -> unblind-votes -> analysis.votes -> agreement + HTML report."""
+    import csv
+
+    root, config = llm_run
+    answers = root / "results/tiny/answers/smollm2-135m"
+    ballot = tmp_path / "ballot.csv"
+    draw = subprocess.run(
+        [sys.executable, "-m", "srb", "draw-pairs", "--answers", str(answers),
+         "--questions", str(root / "results/tiny/corpus/questions.jsonl"),
+         "--cells", "simple_rag/hybrid/native", "simple_rag/bm25/native", "base",
+         "--n", "9", "--seed", "1", "--out", str(ballot)],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert draw.returncode == 0, draw.stderr
+    rows = read_csv(ballot)
+    assert len(rows) == 9 and "simple_rag" not in ballot.read_text()
+    for i, r in enumerate(rows):
+        r["vote"] = ["1", "2", "tie"][i % 3]
+    with open(ballot, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    votes = root / "votes.csv"
+    unblind = subprocess.run(
+        [sys.executable, "-m", "srb", "unblind-votes", str(ballot),
+         str(tmp_path / "ballot.key.csv"), "--out", str(votes)],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert unblind.returncode == 0, unblind.stderr
+    assert len(read_csv(votes)) == 9
+    cfg = yaml.safe_load(config.read_text())
+    cfg["analysis"]["votes"] = str(votes)
+    config.write_text(yaml.safe_dump(cfg))
+    proc = snakemake(root, config)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    agreement = read_csv(root / "results/tiny/stats/smollm2-135m/rubric/human_agreement.csv")
+    overall = [r for r in agreement if r["view"] == "overall"]
+    assert [float(r["tau"]) for r in overall] == [0, 0.5, 1, 1.5, 2]
+    assert all(int(r["n"]) == 9 and 0 <= float(r["rate"]) <= 1 for r in overall)
+    report = root / "report.html"
+    proc = snakemake(root, config, "--report", str(report))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    html = report.read_text()
+    for name in ("bootstrap.csv", "calibration.png", "router.csv", "human_agreement.png",
+                 "tiers.png", "rubric.md"):  # fmt: skip
+        assert name in html, name
+
+    bad = root / "bad-votes.csv"
+    bad.write_text(votes.read_text().replace(",tie\n", ",maybe\n", 1))
+    cfg["analysis"]["votes"] = str(bad)
+    config.write_text(yaml.safe_dump(cfg))
+    try:
+        proc = snakemake(root, config)
+    finally:
+        cfg["analysis"]["votes"] = str(votes)
+        config.write_text(yaml.safe_dump(cfg))
+    assert proc.returncode != 0
+    assert f"{bad}, record row" in proc.stderr and "field 'vote'" in proc.stderr
+    assert "'maybe' is not A, B or tie" in proc.stderr

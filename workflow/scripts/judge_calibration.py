@@ -1,0 +1,29 @@
+"""Judge-vs-judge calibration table and scatter for one synthesizer."""
+
+from srb.analysis import CALIBRATION_COLUMNS, calibration_pairs, calibration_rows, write_table
+from srb.figures import judge_scatter
+from srb.joblog import job_logging
+from srb.scores import ScoreTable, load_tiers
+
+wc, p = snakemake.wildcards, snakemake.params
+with job_logging(snakemake.log[0], f"judge_calibration[{wc.corpus}/{wc.synth}]"):
+    files = list(snakemake.input.judgments)
+    n = len(p.grid)
+    tables = [ScoreTable.from_grid(j, p.grid, files[i * n : (i + 1) * n])
+              for i, j in enumerate(p.judges)]  # fmt: skip
+    tiers = load_tiers(snakemake.input.questions)
+    rows = calibration_rows(tables, tiers, p.within)
+    note = (
+        "Per pair of judges over the cells (system x budget x question) both scored validly: "
+        "Pearson r, least-squares slope/intercept of Y on X, Spearman rho of the system "
+        f"configurations' mean scores, share of cells within {p.within:g} point, mean Y - X "
+        "overall and per tier. Cells a judge failed on are excluded and counted."
+    )
+    title = f"{wc.corpus}: judge calibration ({wc.synth})"
+    write_table(rows, CALIBRATION_COLUMNS, snakemake.output.csv, snakemake.output.md, title, note)
+    panels = []
+    for row, (x, y) in zip(rows, [(a, b) for i, a in enumerate(tables) for b in tables[i + 1 :]],
+                           strict=False):  # fmt: skip
+        xs, ys, *_ = calibration_pairs(x, y, tiers)
+        panels.append((x.judge, y.judge, xs, ys, row))
+    judge_scatter(panels, title, snakemake.output.png)
