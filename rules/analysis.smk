@@ -6,7 +6,7 @@ rule paired_bootstrap:
         csv=report(
             "results/{corpus}/stats/{synth}/{judge}/bootstrap.csv",
             caption="../report/bootstrap.rst",
-            category="Statistics",
+            category="Analyses",
             subcategory="{judge}",
         ),
         md="results/{corpus}/stats/{synth}/{judge}/bootstrap.md",
@@ -34,7 +34,7 @@ rule router_headroom:
         csv=report(
             "results/{corpus}/stats/{synth}/{judge}/router.csv",
             caption="../report/router.rst",
-            category="Statistics",
+            category="Analyses",
             subcategory="{judge}",
         ),
         md="results/{corpus}/stats/{synth}/{judge}/router.md",
@@ -87,7 +87,7 @@ rule judge_calibration:
         csv=report(
             "results/{corpus}/stats/{synth}/calibration.csv",
             caption="../report/calibration.rst",
-            category="Statistics",
+            category="Analyses",
             subcategory="judges",
         ),
         md="results/{corpus}/stats/{synth}/calibration.md",
@@ -122,7 +122,7 @@ rule human_agreement:
         csv=report(
             "results/{corpus}/stats/{synth}/{judge}/human_agreement.csv",
             caption="../report/human_agreement.rst",
-            category="Statistics",
+            category="Analyses",
             subcategory="{judge}",
         ),
         md="results/{corpus}/stats/{synth}/{judge}/human_agreement.md",

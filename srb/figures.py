@@ -40,7 +40,7 @@ def tier_bars(
     """Mean composite per question tier (L1 lookup .. L3 synthesis), one bar per cell."""
     plt = _pyplot()
     tier_names = sorted({tiers[q] for c in cells for q in table.valid(c) if q in tiers}) or ["L1"]
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(cells) * len(tier_names) / 2), 4.5), dpi=120)
+    fig, ax = plt.subplots(figsize=(max(7, 0.6 * len(cells) * len(tier_names)), 4.5), dpi=120)
     width = 0.8 / max(1, len(cells))
     for i, cell in enumerate(cells):
         valid = table.valid(cell)
@@ -57,7 +57,7 @@ def tier_bars(
     ax.set_xticks(range(len(tier_names)), tier_names)
     ax.set_ylabel("mean composite score (0-10, valid judgments)")
     ax.set_ylim(0, 10.5)
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, ncol=2, loc="upper right")
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()

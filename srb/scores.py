@@ -91,4 +91,5 @@ def mean_or_none(values: Sequence[float]) -> float | None:
 
 
 def rounded(row: Mapping[str, Any], digits: int = 3) -> dict[str, Any]:
-    return {k: round(v, digits) if isinstance(v, float) else v for k, v in row.items()}
+    # + 0.0 turns a rounded -0.0 into 0.0
+    return {k: round(v, digits) + 0.0 if isinstance(v, float) else v for k, v in row.items()}
