@@ -117,7 +117,7 @@ rule human_agreement:
     input:
         judgments=judgment_files,
         questions="results/{corpus}/corpus/questions.jsonl",
-        votes=ANALYSIS["votes"] or [] if ANALYSIS else [],
+        votes=[ANALYSIS["votes"]] if ANALYSIS and ANALYSIS["votes"] else [],
     output:
         csv=report(
             "results/{corpus}/stats/{synth}/{judge}/human_agreement.csv",

@@ -844,10 +844,10 @@ def test_tier_bars_png(tmp_path: Path) -> None:
     data = twice(
         tmp_path, "tiers", lambda p: tier_bars(table, [SRH_2K, PRB_2K, BASE], TIERS, "tiers", p)
     )
-    assert png_size(data) == (720, 540)  # max(6, 1.2 * 3 cells * 3 tiers / 2) x 4.5 in at 120 dpi
+    assert png_size(data) == (840, 540)  # max(7, 0.6 * 3 cells * 3 tiers) x 4.5 in at 120 dpi
     # a cell without judgments and an empty tier list still draw
     empty = twice(tmp_path, "empty", lambda p: tier_bars(table, [DIRECT], {}, "none", p))
-    assert png_size(empty) == (720, 540)
+    assert png_size(empty) == (840, 540)
 
 
 def test_judge_scatter_png(tmp_path: Path) -> None:

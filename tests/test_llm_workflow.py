@@ -173,6 +173,30 @@ def test_unknown_model_stops_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.parametrize(
+    ("analysis", "expected"),
+    [
+        ({"contrasts": [{"a": "simple_rag/hybrid/native", "b": "mem0"}]},
+         "analysis.contrasts[0].b: 'mem0' is not a synthesized cell"),
+        ({"contrasts": [{"a": "simple_rag/hybrid/50K", "b": "base"}]},
+         "analysis.contrasts[0].a: 'simple_rag/hybrid/50K' is not a synthesized cell"),
+        ({"router": {"systems": ["simple_rag/colbert"]}},
+         "analysis.router.systems[0]: 'simple_rag/colbert' is not a synthesized"),
+        ({"qualitative": {"system": "paper_rag/hybrid"}},
+         "analysis.qualitative.system: 'paper_rag/hybrid' is not a synthesized"),
+        ({"gap_buckets": [1, 2]}, "analysis.gap_buckets must start at 0"),
+    ],
+)  # fmt: skip
+def test_bad_analysis_config_stops_before_any_job(tmp_path, analysis, expected):
+    corpus = write_tiny_corpus(tmp_path)
+    config = write_config(tmp_path, corpus, systems=["simple_rag"], budgets=["native", "2K"],
+                          llm=llm_config(tmp_path), analysis=analysis)  # fmt: skip
+    proc = snakemake(tmp_path, config, "-n")
+    assert proc.returncode != 0
+    assert expected in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-2000:]
+    assert not (tmp_path / "results").exists()
+
+
 def test_wrong_weights_hash_fails_naming_the_model(tmp_path):
     corpus = write_tiny_corpus(tmp_path)
     llm = llm_config(tmp_path, models_dir=str(tmp_path / "models"))
