@@ -8,7 +8,7 @@ SHELL  := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 QUIET  := { grep -v "is ignored: it is neither" || true; }  # this host's pip config names absent index dirs
 
-.PHONY: setup run test lint dryrun-paper anchor bench bench-llm models-qwen stop-servers clean
+.PHONY: setup run report test lint dryrun-paper anchor bench bench-llm models-qwen stop-servers clean
 
 setup: $(STAMP)
 
@@ -22,6 +22,9 @@ $(STAMP): requirements.lock pyproject.toml
 
 run: setup
 	$(BIN)/snakemake --cores $(CORES)
+
+report: setup  # one self-contained HTML file from the finished run's outputs
+	$(BIN)/snakemake --report results/report.html
 
 test: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -ra
