@@ -81,10 +81,12 @@ def _draw_pairs(args: argparse.Namespace) -> int:
     answers = dict(_answer_file(root, label) for label in args.cells)
     if len(answers) < 2:
         raise ValueError("draw-pairs needs at least two distinct cells")
-    questions = {r["id"]: r["question"] for _, r in iter_jsonl(Path(args.questions))}
+    records = [r for _, r in iter_jsonl(Path(args.questions))]
+    questions = {r["id"]: r["question"] for r in records}
+    references = {r["id"]: r.get("gold_answer", "") for r in records}
     ballot = Path(args.out)
     key = ballot.with_name(ballot.stem + ".key.csv")
-    n = draw_pairs(answers, questions, args.n, args.seed, ballot, key)
+    n = draw_pairs(answers, questions, args.n, args.seed, ballot, key, references)
     print(f"{n} blinded pairs -> {ballot} (vote 1, 2 or tie); key -> {key} (keep it from raters)")
     return 0
 

@@ -4,8 +4,8 @@ Import format (one CSV row per vote): question_id, system_a, system_b, budget, v
 system is "simple_rag/hybrid" (its cell at that budget) or "base" / "direct_read" (their one
 cell) and vote is A, B or tie. Bad rows fail naming file, row and field.
 
-Collecting votes: `python -m srb draw-pairs` writes a ballot (question, answer 1, answer 2, an
-empty vote column taking 1, 2 or tie) with the side order drawn at random and the systems
+Collecting votes: `python -m srb draw-pairs` writes a ballot (question, gold reference, answer 1,
+answer 2, an empty vote column taking 1, 2 or tie) with the side order drawn at random and the systems
 hidden, plus a key file; `python -m srb unblind-votes` joins the filled ballot with the key
 into the import format.
 """
@@ -25,7 +25,7 @@ from srb.data.schema import DataError
 from srb.scores import LLM_ONLY, Cell, resolve_system_budget
 
 VOTE_COLUMNS = ("question_id", "system_a", "system_b", "budget", "vote")
-BALLOT_COLUMNS = ("pair_id", "question", "answer_1", "answer_2", "vote")
+BALLOT_COLUMNS = ("pair_id", "question", "reference", "answer_1", "answer_2", "vote")
 KEY_COLUMNS = ("pair_id", "question_id", "system_a", "system_b", "budget", "answer_1_is")
 
 
@@ -88,11 +88,13 @@ def draw_pairs(
     seed: int,
     ballot_out: str | Path,
     key_out: str | Path,
+    references: Mapping[str, str] | None = None,
 ) -> int:
     """Draw n (question, cell pair) ballots from the given cells' answers, sides shuffled.
 
     Draws without replacement over all question x cell-pair combinations, so n is capped by
-    what exists; returns how many were written.
+    what exists; returns how many were written. `references` (gold answers) give raters the
+    rubric's reference beside the two answers; it names no system, so the ballot stays blind.
     """
     budgets = sorted({c[2] for c in answers if c[0] not in LLM_ONLY})
     if len(budgets) > 1:
@@ -124,6 +126,7 @@ def draw_pairs(
             first, second = (a, b) if first_is_a else (b, a)
             pid = f"P{i:04d}"
             ballot.writerow({"pair_id": pid, "question": questions[q], "vote": "",
+                             "reference": (references or {}).get(q, ""),
                              "answer_1": texts[first][q], "answer_2": texts[second][q]})  # fmt: skip
             budget = next((c[2] for c in (a, b) if c[0] not in LLM_ONLY), a[2])
             key.writerow({"pair_id": pid, "question_id": q, "system_a": _system_name(a),
