@@ -2,7 +2,7 @@ rule rank_bm25:
     input:
         questions="results/{corpus}/corpus/questions.jsonl",
         index="results/{corpus}/index/{system}/bm25",
-        doctor="results/{corpus}/doctor/{system}.json",
+        doctor=ancient("results/{corpus}/doctor/{system}.json"),
     output:
         ranking="results/{corpus}/rankings/{system}/bm25.jsonl",
     log:
@@ -25,7 +25,7 @@ rule rank_dense:
     input:
         questions="results/{corpus}/corpus/questions.jsonl",
         index="results/{corpus}/index/{system}/dense",
-        doctor="results/{corpus}/doctor/{system}.json",
+        doctor=ancient("results/{corpus}/doctor/{system}.json"),
     output:
         ranking="results/{corpus}/rankings/{system}/dense.jsonl",
     log:
@@ -50,7 +50,7 @@ rule rank_hybrid:
             "results/{{corpus}}/rankings/{{system}}/{channel}.jsonl",
             channel=HYBRID_CHANNELS,
         ),
-        doctor="results/{corpus}/doctor/{system}.json",
+        doctor=ancient("results/{corpus}/doctor/{system}.json"),
     output:
         ranking="results/{corpus}/rankings/{system}/hybrid.jsonl",
     log:

@@ -94,8 +94,11 @@ def _draw_pairs(args: argparse.Namespace) -> int:
 def _unblind(args: argparse.Namespace) -> int:
     from srb.votes import unblind
 
-    n = unblind(args.ballot, args.key, args.out)
-    print(f"{n} votes -> {args.out} (set analysis.votes to this file)")
+    counts = unblind(args.ballot, args.key, args.out)
+    print(
+        f"{counts.written} votes -> {args.out} (set analysis.votes to this file); "
+        f"{counts.unvoted} pairs left blank, {counts.missing} key pairs missing from the ballot"
+    )
     return 0
 
 

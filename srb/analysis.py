@@ -67,7 +67,10 @@ def bootstrap_rows(
     resamples: int,
     seed: int,
     confidence: float,
+    min_n: int = 10,
 ) -> list[dict[str, Any]]:
+    """One row per contrast; the `*` mark needs the CI to exclude 0 *and* n >= min_n, since a
+    percentile interval over a handful of questions is far too narrow to mean anything."""
     rows = []
     for label, a, b in contrasts:
         _, xa, xb, excluded = table.paired(a, b)
@@ -85,7 +88,9 @@ def bootstrap_rows(
                     "ci_high": ci.high,
                     "ci": f"[{ci.low:+.2f}, {ci.high:+.2f}]",
                     "excludes_zero": ci.excludes_zero,
-                    "mark": "*" if ci.excludes_zero else "",
+                    "mark": ("*" if ci.excludes_zero else "")
+                    if len(xa) >= min_n
+                    else f"n < {min_n}: no mark",
                 }
             )
         rows.append(rounded(row))
@@ -195,9 +200,9 @@ def agreement_rows(
 
 # --- router headroom ----------------------------------------------------------------------------
 
-ROUTER_COLUMNS = ["budget", "status", "n_questions", "n_systems", "best_single",
+ROUTER_COLUMNS = ["budget", "status", "n_questions", "n_excluded", "n_systems", "best_single",
                   "best_single_score", "oracle_score", "oracle_gap", "router_score", "router_gap",
-                  "router_choices"]  # fmt: skip
+                  "loqo_single_score", "router_gap_loqo", "router_choices"]  # fmt: skip
 
 
 def router_rows(
@@ -209,6 +214,8 @@ def router_rows(
         row: dict[str, Any] = {"budget": budget, "n_systems": len(cells)}
         scores = {f"{c[0]}/{c[1]}": table.valid(c) for c in cells}
         common = set.intersection(*(set(s) for s in scores.values())) if scores else set()
+        every = set().union(*(set(table.scores[c]) for c in cells)) if cells else set()
+        row["n_excluded"] = len(every - common)
         if len(cells) < 2:
             row["status"] = "not applicable: fewer than two router systems at this budget"
         elif not common:

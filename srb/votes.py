@@ -2,7 +2,9 @@
 
 Import format (one CSV row per vote): question_id, system_a, system_b, budget, vote, where a
 system is "simple_rag/hybrid" (its cell at that budget) or "base" / "direct_read" (their one
-cell) and vote is A, B or tie. Bad rows fail naming file, row and field.
+cell) and vote is A, B or tie; an optional `rater` column lets several people vote on one pair
+(otherwise a repeated pair is an error, not a double count). Bad rows fail naming file, row
+and field.
 
 Collecting votes: `python -m srb draw-pairs` writes a ballot (question, gold reference, answer 1,
 answer 2, an empty vote column taking 1, 2 or tie) with the side order drawn at random and the systems
@@ -40,7 +42,7 @@ class Vote:
 def _rows(path: Path, required: Sequence[str]) -> list[dict[str, str]]:
     if not path.is_file():
         raise DataError(path, None, None, "file does not exist")
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:  # spreadsheets write a BOM
         reader = csv.DictReader(fh)
         missing = [c for c in required if c not in (reader.fieldnames or [])]
         if missing:
@@ -54,6 +56,7 @@ def read_votes(path: str | Path, grid: Sequence[Cell], question_ids: Sequence[st
     path = Path(path)
     known = set(question_ids)
     votes = []
+    first_seen: dict[tuple[str, str, frozenset[Cell]], int] = {}
     for i, row in enumerate(_rows(path, VOTE_COLUMNS), start=2):  # row 1 is the header
         qid = (row["question_id"] or "").strip()
         if qid not in known:
@@ -71,6 +74,14 @@ def read_votes(path: str | Path, grid: Sequence[Cell], question_ids: Sequence[st
         normal = {"a": "A", "b": "B", "tie": "tie"}.get(vote.lower())
         if normal is None:
             raise DataError(path, f"row {i}", "vote", f"{vote!r} is not A, B or tie")
+        rater = (row.get("rater") or "").strip()
+        pair = (rater, qid, frozenset(cells))
+        if pair in first_seen:
+            raise DataError(path, f"row {i}", "question_id",
+                            f"a second vote on question {qid} for the same two answers (first at "
+                            f"row {first_seen[pair]}); add a 'rater' column when several people "
+                            "vote on one pair")  # fmt: skip
+        first_seen[pair] = i
         votes.append(Vote(qid, cells[0], cells[1], normal))
     if not votes:
         raise DataError(path, None, None, "no votes in the file")
@@ -135,17 +146,32 @@ def draw_pairs(
     return len(chosen)
 
 
-def unblind(ballot: str | Path, key: str | Path, out: str | Path) -> int:
-    """Filled ballot + key -> votes in the import format; unvoted pairs are skipped and counted."""
+@dataclass(frozen=True)
+class UnblindCounts:
+    written: int
+    unvoted: int  # ballot rows left blank
+    missing: int  # key pairs absent from the ballot
+
+
+def unblind(ballot: str | Path, key: str | Path, out: str | Path) -> UnblindCounts:
+    """Filled ballot + key -> votes in the import format; blank and missing pairs are counted."""
     ballot, key = Path(ballot), Path(key)
-    keys = {r["pair_id"]: r for r in _rows(key, KEY_COLUMNS)}
-    rows = []
+    keys: dict[str, dict[str, str]] = {}
+    for i, r in enumerate(_rows(key, KEY_COLUMNS), start=2):
+        if r["answer_1_is"] not in ("A", "B"):
+            raise DataError(key, f"row {i}", "answer_1_is", f"{r['answer_1_is']!r} is not A or B")
+        keys[r["pair_id"]] = r
+    rows, seen, unvoted = [], set(), 0
     for i, r in enumerate(_rows(ballot, BALLOT_COLUMNS), start=2):
         pid = r["pair_id"]
         if pid not in keys:
             raise DataError(ballot, f"row {i}", "pair_id", f"{pid!r} is not in {key}")
+        if pid in seen:
+            raise DataError(ballot, f"row {i}", "pair_id", f"{pid!r} appears twice in the ballot")
+        seen.add(pid)
         vote = (r["vote"] or "").strip().lower()
         if not vote:
+            unvoted += 1
             continue
         if vote not in ("1", "2", "tie"):
             raise DataError(ballot, f"row {i}", "vote", f"{r['vote']!r} is not 1, 2 or tie")
@@ -161,4 +187,4 @@ def unblind(ballot: str | Path, key: str | Path, out: str | Path) -> int:
         writer = csv.DictWriter(fh, fieldnames=VOTE_COLUMNS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-    return len(rows)
+    return UnblindCounts(len(rows), unvoted, len(set(keys) - seen))
