@@ -158,11 +158,12 @@ def unblind(ballot: str | Path, key: str | Path, out: str | Path) -> UnblindCoun
     ballot, key = Path(ballot), Path(key)
     keys: dict[str, dict[str, str]] = {}
     for i, r in enumerate(_rows(key, KEY_COLUMNS), start=2):
+        r["answer_1_is"] = (r["answer_1_is"] or "").strip()
         if r["answer_1_is"] not in ("A", "B"):
             raise DataError(key, f"row {i}", "answer_1_is", f"{r['answer_1_is']!r} is not A or B")
         keys[r["pair_id"]] = r
     rows, seen, unvoted = [], set(), 0
-    for i, r in enumerate(_rows(ballot, BALLOT_COLUMNS), start=2):
+    for i, r in enumerate(_rows(ballot, ("pair_id", "vote")), start=2):  # raters may drop others
         pid = r["pair_id"]
         if pid not in keys:
             raise DataError(ballot, f"row {i}", "pair_id", f"{pid!r} is not in {key}")

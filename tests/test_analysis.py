@@ -35,6 +35,7 @@ from srb.votes import (
     BALLOT_COLUMNS,
     KEY_COLUMNS,
     VOTE_COLUMNS,
+    UnblindCounts,
     Vote,
     draw_pairs,
     read_votes,
@@ -194,7 +195,8 @@ def test_bootstrap_rows_delta_n_exclusions_and_marks(tmp_path: Path) -> None:
         ("same", SRH_10K, PRB_2K),
         ("nothing", DIRECT, BASE),
     ]
-    rows = bootstrap_rows(table, contrasts, resamples=2000, seed=3, confidence=0.95)
+    # three paired questions: min_n=3 lets this small fixture earn a mark (see the next test)
+    rows = bootstrap_rows(table, contrasts, resamples=2000, seed=3, confidence=0.95, min_n=3)
     assert [r["contrast"] for r in rows] == ["rag vs base", "same", "nothing"]
 
     pos = rows[0]
@@ -230,6 +232,48 @@ def test_bootstrap_rows_delta_n_exclusions_and_marks(tmp_path: Path) -> None:
     md = md_out.read_text()
     assert md.startswith("# Table 7\n\na note\n\n| contrast | a | b | delta |")
     assert "| nothing | direct_read | base | – |" in md
+
+
+def test_bootstrap_rows_withhold_the_mark_below_min_n(tmp_path: Path) -> None:
+    qs = [f"q{i}" for i in range(1, 11)]
+    # a beats b by 1 to 3 points on each of ten questions: every resampled mean lies in [1, 3]
+    a_scores = {q: 5.0 + i % 3 for i, q in enumerate(qs)}
+    b_scores = dict.fromkeys(qs, 4.0)
+    table = table_from("rubric", {SRH_2K: a_scores, BASE: b_scores}, tmp_path / "ten")
+    diffs = [a_scores[q] - 4.0 for q in qs]
+    # the default min_n is 10: ten questions are enough
+    (row,) = bootstrap_rows(table, [("ten", SRH_2K, BASE)], 500, 1, 0.95)
+    assert row["n"] == 10
+    assert min(diffs) <= row["ci_low"] <= row["ci_high"] <= max(diffs)
+    assert row["excludes_zero"] is True and row["mark"] == "*"
+
+    # nine questions (q10 invalid in a): the CI still excludes 0, but no mark
+    nine = {**a_scores, "q10": None}
+    table = table_from("rubric", {SRH_2K: nine, BASE: b_scores}, tmp_path / "nine")
+    (row,) = bootstrap_rows(table, [("nine", SRH_2K, BASE)], 500, 1, 0.95)
+    assert (row["n"], row["n_excluded"]) == (9, 1)
+    assert row["delta"] == pytest.approx(sum(diffs[:9]) / 9, abs=5e-4)
+    assert row["ci_low"] >= 1.0
+    assert row["excludes_zero"] is True
+    assert row["mark"] == "n < 10: no mark"
+    # min_n is the threshold: 9 passes at min_n=9, and fails at 10 as above
+    (row,) = bootstrap_rows(table, [("nine", SRH_2K, BASE)], 500, 1, 0.95, min_n=9)
+    assert row["mark"] == "*"
+
+    # a CI that covers 0 on a small sample says so too: the mark column never reads ""
+    flat = table_from(
+        "rubric",
+        {SRH_10K: {"q1": 4.0, "q2": 6.5}, PRB_2K: {"q1": 4.0, "q2": 6.5}},
+        tmp_path / "flat",
+    )
+    (row,) = bootstrap_rows(flat, [("flat", SRH_10K, PRB_2K)], 500, 1, 0.95, min_n=5)
+    assert row["excludes_zero"] is False and row["mark"] == "n < 5: no mark"
+
+    csv_out, md_out = tmp_path / "out" / "b.csv", tmp_path / "out" / "b.md"
+    write_table([row], BOOTSTRAP_COLUMNS, csv_out, md_out, "Table 7", "a note")
+    _, written = read_csv(csv_out)
+    assert written[0]["mark"] == "n < 5: no mark"
+    assert "| n < 5: no mark |" in md_out.read_text()
 
 
 # --- judge calibration --------------------------------------------------------------------------
@@ -399,6 +443,7 @@ def test_router_rows(tmp_path: Path) -> None:
     r2k = rows[0]
     assert r2k["status"] == "ok"
     assert (r2k["n_questions"], r2k["n_systems"]) == (5, 2)
+    assert r2k["n_excluded"] == 1  # q6: scored by both, valid only for paper_rag
     # means over q1-q5: paper_rag (8+6+2+4+3)/5 = 4.6, simple_rag (4+2+7+9+5)/5 = 5.4
     assert r2k["best_single"] == "simple_rag/hybrid"
     assert r2k["best_single_score"] == pytest.approx(5.4)
@@ -410,12 +455,26 @@ def test_router_rows(tmp_path: Path) -> None:
     assert r2k["router_score"] == pytest.approx(33 / 5)
     assert r2k["router_gap"] == pytest.approx(6.6 - 5.4)
     assert r2k["router_choices"] == "paper_rag/bm25 3; simple_rag/hybrid 2"
+    # best single system without the question (totals q1-q5: paper_rag 23, simple_rag 27):
+    # q1 15 v 23 -> simple_rag (4); q2 17 v 25 -> simple_rag (2); q3 21 v 20 -> paper_rag (2);
+    # q4 19 v 18 -> paper_rag (4); q5 20 v 22 -> simple_rag (5): 17 / 5
+    assert r2k["loqo_single_score"] == pytest.approx(17 / 5)
+    assert r2k["router_gap_loqo"] == pytest.approx(33 / 5 - 17 / 5)
 
-    assert rows[1]["n_systems"] == 2 and rows[1]["status"] == "ok"  # native has both
+    native = rows[1]
+    assert native["n_systems"] == 2 and native["status"] == "ok"  # native has both
+    # one question: router and held-out single both take the first system by name (5)
+    assert (native["n_questions"], native["n_excluded"]) == (1, 0)
+    assert native["router_score"] == pytest.approx(5.0)
+    assert native["loqo_single_score"] == pytest.approx(5.0)
+    assert native["router_gap_loqo"] == 0.0
     assert rows[2]["n_systems"] == 2
     assert rows[2]["status"].startswith("not applicable: no question scored validly")
+    assert rows[2]["n_excluded"] == 2  # q1 and q2 each valid for one system only
+    assert "loqo_single_score" not in rows[2]
     assert rows[3]["n_systems"] == 0
     assert rows[3]["status"].startswith("not applicable: fewer than two")
+    assert rows[3]["n_excluded"] == 0
 
     only_one = router_rows(table, ["paper_rag/bm25"], ["2K"], tiers)
     assert only_one[0]["n_systems"] == 1
@@ -446,6 +505,7 @@ def test_read_votes_resolves_cells(tmp_path: Path) -> None:
 
 
 GOOD_ROW = ["q1", "simple_rag/hybrid", "base", "2K", "A"]
+OTHER_ROW = ["q2", "simple_rag/hybrid", "base", "2K", "B"]  # a different question: no repeat
 
 
 @pytest.mark.parametrize(
@@ -462,13 +522,91 @@ GOOD_ROW = ["q1", "simple_rag/hybrid", "base", "2K", "A"]
     ],
 )
 def test_read_votes_bad_rows(tmp_path: Path, bad: list[str], field: str, text: str) -> None:
-    path = write_csv(tmp_path / "votes.csv", list(VOTE_COLUMNS), [GOOD_ROW, GOOD_ROW, bad])
+    path = write_csv(tmp_path / "votes.csv", list(VOTE_COLUMNS), [GOOD_ROW, OTHER_ROW, bad])
     with pytest.raises(DataError) as exc:
         read_votes(path, GRID, QIDS)
     msg = str(exc.value)
     assert (exc.value.record, exc.value.field) == ("row 4", field)
     assert str(path) in msg and "row 4" in msg and f"field '{field}'" in msg
     assert text in msg
+
+
+@pytest.mark.parametrize(
+    "again",
+    [
+        GOOD_ROW,  # the very same row
+        ["q1", "simple_rag/hybrid", "base", "2K", "B"],  # a changed mind
+        ["q1", "base", "simple_rag/hybrid", "2K", "tie"],  # the sides swapped
+        [" q1 ", "simple_rag/hybrid", "base", " 2K ", "a"],  # spacing and case
+    ],
+)
+def test_read_votes_rejects_a_second_vote_on_a_pair(tmp_path: Path, again: list[str]) -> None:
+    path = write_csv(tmp_path / "votes.csv", list(VOTE_COLUMNS), [GOOD_ROW, OTHER_ROW, again])
+    with pytest.raises(DataError) as exc:
+        read_votes(path, GRID, QIDS)
+    msg = str(exc.value)
+    assert (exc.value.record, exc.value.field) == ("row 4", "question_id")
+    assert str(path) in msg and "row 4" in msg and "field 'question_id'" in msg
+    assert "second vote" in msg and "first at row 2" in msg and "'rater' column" in msg
+
+
+def test_read_votes_keeps_distinct_pairs(tmp_path: Path) -> None:
+    # same question, but another budget or another opponent: a different pair each time
+    rows = [
+        GOOD_ROW,
+        ["q1", "simple_rag/hybrid", "base", "10K", "B"],
+        ["q1", "paper_rag/bm25", "base", "2K", "tie"],
+        ["q1", "simple_rag/hybrid", "paper_rag/bm25", "2K", "A"],
+    ]
+    path = write_csv(tmp_path / "votes.csv", list(VOTE_COLUMNS), rows)
+    assert read_votes(path, GRID, QIDS) == [
+        Vote("q1", SRH_2K, BASE, "A"),
+        Vote("q1", SRH_10K, BASE, "B"),
+        Vote("q1", PRB_2K, BASE, "tie"),
+        Vote("q1", SRH_2K, PRB_2K, "A"),
+    ]
+    # base and direct_read ignore the budget: 2K and 10K name the same pair of cells
+    llm_only = [["q3", "base", "direct_read", "2K", "A"], ["q3", "direct_read", "base", "10K", "A"]]
+    path = write_csv(tmp_path / "llm.csv", list(VOTE_COLUMNS), llm_only)
+    with pytest.raises(DataError) as exc:
+        read_votes(path, GRID, QIDS)
+    assert (exc.value.record, exc.value.field) == ("row 3", "question_id")
+
+
+def test_read_votes_rater_column_allows_several_raters(tmp_path: Path) -> None:
+    header = [*VOTE_COLUMNS, "rater"]
+    rows = [
+        [*GOOD_ROW, "ann"],
+        ["q1", "base", "simple_rag/hybrid", "2K", "A", "bob"],  # bob's vote on ann's pair
+        [*OTHER_ROW, "ann"],
+    ]
+    path = write_csv(tmp_path / "votes.csv", header, rows)
+    assert read_votes(path, GRID, QIDS) == [
+        Vote("q1", SRH_2K, BASE, "A"),
+        Vote("q1", BASE, SRH_2K, "A"),
+        Vote("q2", SRH_2K, BASE, "B"),
+    ]
+    # one rater voting twice on a pair is still an error, whatever the side order
+    twice = write_csv(tmp_path / "twice.csv", header, [*rows, [*GOOD_ROW[:4], "tie", " bob "]])
+    with pytest.raises(DataError) as exc:
+        read_votes(twice, GRID, QIDS)
+    assert (exc.value.record, exc.value.field) == ("row 5", "question_id")
+    assert "first at row 3" in str(exc.value)
+    # a blank rater is one (anonymous) rater
+    blank = write_csv(tmp_path / "blank.csv", header, [[*GOOD_ROW, ""], [*GOOD_ROW, ""]])
+    with pytest.raises(DataError, match="second vote"):
+        read_votes(blank, GRID, QIDS)
+
+
+def test_read_votes_accepts_a_byte_order_mark(tmp_path: Path) -> None:
+    # spreadsheets save "UTF-8 CSV" with a BOM; it must not stick to the first column's name
+    path = tmp_path / "votes.csv"
+    lines = [",".join(VOTE_COLUMNS), ",".join(GOOD_ROW), ",".join(OTHER_ROW)]
+    path.write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode("utf-8") + b"\n")
+    assert read_votes(path, GRID, QIDS) == [
+        Vote("q1", SRH_2K, BASE, "A"),
+        Vote("q2", SRH_2K, BASE, "B"),
+    ]
 
 
 def test_read_votes_bad_files(tmp_path: Path) -> None:
@@ -503,6 +641,8 @@ def test_read_votes_bad_files(tmp_path: Path) -> None:
 
 DRAW_CELLS = [SRH_2K, PRB_2K, BASE]
 QUESTIONS = {q: f"Question {q}: did the treatment work?" for q in QIDS[:5]}
+# gold answers (one for a question outside the set, never drawn); they name no system
+REFERENCES = {q: f"Gold {q}: mortality fell by a third." for q in [*QIDS, "q99"]}
 
 
 def write_answers(root: Path) -> tuple[dict[tuple, Path], dict[str, tuple]]:
@@ -539,10 +679,11 @@ def label_system(cell: tuple) -> str:
 def test_draw_pairs_is_blind_seeded_and_unblinds(tmp_path: Path) -> None:
     files, owner = write_answers(tmp_path / "answers")
     ballot, key = tmp_path / "ballot.csv", tmp_path / "ballot.key.csv"
-    assert draw_pairs(files, QUESTIONS, 10, 7, ballot, key) == 10
+    assert draw_pairs(files, QUESTIONS, 10, 7, ballot, key, references=REFERENCES) == 10
 
     header, rows = read_csv(ballot)
     assert header == list(BALLOT_COLUMNS)
+    assert header == ["pair_id", "question", "reference", "answer_1", "answer_2", "vote"]
     text = ballot.read_text()
     for name in ("simple_rag", "paper_rag", "hybrid", "bm25", "base", "2K", "q99", "Stray"):
         assert name not in text
@@ -556,6 +697,7 @@ def test_draw_pairs_is_blind_seeded_and_unblinds(tmp_path: Path) -> None:
         first, second = owner[r["answer_1"]], owner[r["answer_2"]]
         assert first != second
         assert r["question"] == QUESTIONS[k["question_id"]]
+        assert r["reference"] == REFERENCES[k["question_id"]]
         assert r["answer_1"].endswith(": it decreased.")
         named_a = first if k["answer_1_is"] == "A" else second
         named_b = second if k["answer_1_is"] == "A" else first
@@ -566,11 +708,18 @@ def test_draw_pairs_is_blind_seeded_and_unblinds(tmp_path: Path) -> None:
     assert {k["answer_1_is"] for k in keys} == {"A", "B"}  # side order varies
 
     again, again_key = tmp_path / "again.csv", tmp_path / "again.key.csv"
-    draw_pairs(files, QUESTIONS, 10, 7, again, again_key)
+    draw_pairs(files, QUESTIONS, 10, 7, again, again_key, references=REFERENCES)
     assert again.read_bytes() == ballot.read_bytes()
     assert again_key.read_bytes() == key.read_bytes()
+    # without references the reference column is blank, and the draw itself is unchanged
+    plain, plain_key = tmp_path / "plain.csv", tmp_path / "plain.key.csv"
+    draw_pairs(files, QUESTIONS, 10, 7, plain, plain_key)
+    assert plain_key.read_bytes() == key.read_bytes()
+    _, plain_rows = read_csv(plain)
+    assert all(r["reference"] == "" for r in plain_rows)
+    assert [{**r, "reference": ""} for r in rows] == plain_rows
     other, other_key = tmp_path / "other.csv", tmp_path / "other.key.csv"
-    draw_pairs(files, QUESTIONS, 10, 8, other, other_key)
+    draw_pairs(files, QUESTIONS, 10, 8, other, other_key, references=REFERENCES)
     assert other.read_bytes() != ballot.read_bytes()
     # n is capped by what exists: 3 cell pairs x 5 questions
     assert draw_pairs(files, QUESTIONS, 100, 7, other, other_key) == 15
@@ -578,7 +727,8 @@ def test_draw_pairs_is_blind_seeded_and_unblinds(tmp_path: Path) -> None:
     marks = ["1", "2", "tie", "", "2", " TIE ", "1", "  ", "1", "2"]
     filled = fill_ballot(ballot, marks)
     out = tmp_path / "votes.csv"
-    assert unblind(ballot, key, out) == 8  # two blanks skipped
+    counts = unblind(ballot, key, out)
+    assert counts == UnblindCounts(written=8, unvoted=2, missing=0)  # two blanks skipped
     header, votes = read_csv(out)
     assert header == list(VOTE_COLUMNS)
     expected = []
@@ -636,6 +786,69 @@ def test_unblind_bad_ballots(tmp_path: Path) -> None:
         unblind(ballot, tmp_path / "no.key.csv", out)
 
 
+def write_rows(path: Path, header: Any, rows: list[dict[str, str]], bom: bool = False) -> None:
+    with open(path, "w", newline="", encoding="utf-8-sig" if bom else "utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(header), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def test_unblind_rejects_a_pair_listed_twice(tmp_path: Path) -> None:
+    files, _ = write_answers(tmp_path / "answers")
+    ballot, key, out = tmp_path / "ballot.csv", tmp_path / "ballot.key.csv", tmp_path / "v.csv"
+    draw_pairs(files, QUESTIONS, 3, 1, ballot, key)
+    rows = fill_ballot(ballot, ["1", "2", "tie"])
+    # the first pair pasted again at the end, voted the other way: not a second vote
+    write_rows(ballot, BALLOT_COLUMNS, [*rows, {**rows[0], "vote": "2"}])
+    with pytest.raises(DataError) as exc:
+        unblind(ballot, key, out)
+    msg = str(exc.value)
+    assert (exc.value.record, exc.value.field) == ("row 5", "pair_id")
+    assert str(ballot) in msg and "field 'pair_id'" in msg
+    assert f"{rows[0]['pair_id']!r} appears twice" in msg
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("side", ["a", "1", "", "C"])
+def test_unblind_rejects_a_bad_key(tmp_path: Path, side: str) -> None:
+    files, _ = write_answers(tmp_path / "answers")
+    ballot, key, out = tmp_path / "ballot.csv", tmp_path / "ballot.key.csv", tmp_path / "v.csv"
+    draw_pairs(files, QUESTIONS, 3, 1, ballot, key)
+    fill_ballot(ballot, ["1", "2", "tie"])
+    _, keys = read_csv(key)
+    keys[1]["answer_1_is"] = side
+    write_rows(key, KEY_COLUMNS, keys)
+    with pytest.raises(DataError) as exc:
+        unblind(ballot, key, out)
+    msg = str(exc.value)
+    assert (exc.value.record, exc.value.field) == ("row 3", "answer_1_is")
+    assert str(key) in msg and "row 3" in msg and "field 'answer_1_is'" in msg
+    assert f"{side!r} is not A or B" in msg
+    assert not out.exists()
+
+
+def test_unblind_counts_blank_and_missing_pairs(tmp_path: Path) -> None:
+    files, owner = write_answers(tmp_path / "answers")
+    ballot, key, out = tmp_path / "ballot.csv", tmp_path / "ballot.key.csv", tmp_path / "v.csv"
+    assert draw_pairs(files, QUESTIONS, 6, 4, ballot, key) == 6
+    rows = fill_ballot(ballot, ["1", "", "tie", "2", " ", "1"])
+    _, keys = read_csv(key)
+    # a rater deleted the 4th and 6th pairs (one voted, one not yet seen) and saved with a BOM
+    kept = [r for i, r in enumerate(rows) if i not in (3, 5)]
+    write_rows(ballot, BALLOT_COLUMNS, kept, bom=True)
+    assert unblind(ballot, key, out) == UnblindCounts(written=2, unvoted=2, missing=2)
+    _, votes = read_csv(out)
+    # written: pair 1 (answer 1 wins) and pair 3 (tie)
+    assert [v["question_id"] for v in votes] == [keys[0]["question_id"], keys[2]["question_id"]]
+    assert votes[1]["vote"] == "tie"
+    winner = owner[rows[0]["answer_1"]]
+    assert votes[0]["vote"] == ("A" if label_system(winner) == keys[0]["system_a"] else "B")
+    # a ballot with nothing voted still writes the header, and counts every row as blank
+    write_rows(ballot, BALLOT_COLUMNS, [{**r, "vote": ""} for r in rows])
+    assert unblind(ballot, key, out) == UnblindCounts(written=0, unvoted=6, missing=0)
+    assert read_csv(out) == (list(VOTE_COLUMNS), [])
+
+
 def test_draw_pairs_across_budgets_keeps_the_cells(tmp_path: Path) -> None:
     native = ("paper_rag", "bm25", "native")
     grid = [*GRID, native, ("simple_rag", "hybrid", "native")]
@@ -668,7 +881,10 @@ def test_cli_draw_pairs_and_unblind(tmp_path: Path, capsys: pytest.CaptureFixtur
         write_jsonl(layout[label], records)
     qfile = write_jsonl(
         tmp_path / "questions.jsonl",
-        [{"id": q, "question": f"Q {q}?", "gold_answer": "x", "paper_ids": ["p1"]} for q in QIDS],
+        [
+            {"id": q, "question": f"Q {q}?", "gold_answer": f"gold {q}", "paper_ids": ["p1"]}
+            for q in QIDS
+        ],
     )
     ballot = tmp_path / "ballots" / "ballot.csv"
     argv = ["draw-pairs", "--answers", str(root), "--questions", str(qfile), "--cells",
@@ -680,9 +896,14 @@ def test_cli_draw_pairs_and_unblind(tmp_path: Path, capsys: pytest.CaptureFixtur
     filled = fill_ballot(ballot, ["1", "2", "tie", "1", "2"])
     out = tmp_path / "votes.csv"
     assert main(["unblind-votes", str(ballot), str(key), "--out", str(out)]) == 0
-    assert "5 votes" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "5 votes" in printed
+    assert "0 pairs left blank, 0 key pairs missing from the ballot" in printed
     votes = read_votes(out, GRID, QIDS)
     assert len(votes) == 5
+    # the ballot carries each question's gold answer from the questions file
+    _, keys = read_csv(key)
+    assert [r["reference"] for r in filled] == [f"gold {k['question_id']}" for k in keys]
     for v, r in zip(votes, filled, strict=True):
         first, second = owner[r["answer_1"]], owner[r["answer_2"]]
         assert {v.cell_a, v.cell_b} == {first, second}
@@ -691,6 +912,13 @@ def test_cli_draw_pairs_and_unblind(tmp_path: Path, capsys: pytest.CaptureFixtur
             assert v.vote == "tie"
         else:
             assert v.vote == ("A" if v.cell_a == winner else "B")
+
+    # two left blank, and one key pair dropped from the ballot
+    write_rows(ballot, BALLOT_COLUMNS, fill_ballot(ballot, ["1", "", "", "2", "tie"])[:4])
+    assert main(["unblind-votes", str(ballot), str(key), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"2 votes -> {out}")
+    assert "2 pairs left blank, 1 key pairs missing from the ballot" in printed
 
     assert main([*argv[:6], "base", "base", "--out", str(tmp_path / "x.csv")]) == 2
     assert "at least two distinct cells" in capsys.readouterr().err

@@ -136,21 +136,27 @@ def test_budget_match_calibrates_top_k_and_caps() -> None:
     # 1K: top_k = floor(1000 / 400 + 0.5) = 3, cap 1.25 * 1000 = 1250:
     #     p1 3 * 300 = 900; p2 3 * 500 = 1500 cut to 1250 -> mean 1075, ratio 1.075
     # 2K: top_k = floor(5 + 0.5) = 5, cap 2500: p1 1500, p2 2500 -> mean 2000, ratio 1.0
+    # per probe: 1K 900 / 1000 = 0.9 and 1250 / 1000 = 1.25; 2K 1500 / 2000 = 0.75 and
+    # 2500 / 2000 = 1.25 -- the mean is on budget while each probe is well off it
     check = doctor("paper_rag", AB, AB_HITS, budgets=("native", "1K", "2K")).budget_match()
     assert_check(check, 2, "budget_match", True)
     assert check.seen == {
-        "bm25/1K": {"requested": 1000, "achieved_mean": 1075.0, "ratio": 1.075},
-        "bm25/2K": {"requested": 2000, "achieved_mean": 2000.0, "ratio": 1.0},
-    }
+        "bm25/1K": {"requested": 1000, "achieved_mean": 1075.0, "ratio": 1.075,
+                    "probe_ratio_min": 0.9, "probe_ratio_max": 1.25},
+        "bm25/2K": {"requested": 2000, "achieved_mean": 2000.0, "ratio": 1.0,
+                    "probe_ratio_min": 0.75, "probe_ratio_max": 1.25},
+    }  # fmt: skip
     assert check.message == "all budgets within 25%"
 
 
 def test_budget_match_fails_when_the_ranking_is_too_short() -> None:
     # 5K: top_k = floor(5000 / 400 + 0.5) = 13, but each ranking holds 6 units:
     #     p1 6 * 300 = 1800, p2 6 * 500 = 3000 -> mean 2400, ratio 0.48
+    #     per probe 1800 / 5000 = 0.36, 3000 / 5000 = 0.6
     check = doctor("paper_rag", AB, AB_HITS, budgets=("1K", "5K")).budget_match()
     assert_check(check, 2, "budget_match", False)
-    assert check.seen["bm25/5K"] == {"requested": 5000, "achieved_mean": 2400.0, "ratio": 0.48}
+    assert check.seen["bm25/5K"] == {"requested": 5000, "achieved_mean": 2400.0, "ratio": 0.48,
+                                     "probe_ratio_min": 0.36, "probe_ratio_max": 0.6}  # fmt: skip
     assert check.seen["bm25/1K"]["ratio"] == 1.075
     assert check.message.startswith("achieved characters off the budget by more than 25%: ")
     assert "bm25/5K: requested 5000, achieved 2400 (ratio 0.48)" in check.message
@@ -163,7 +169,9 @@ def test_budget_match_fails_on_a_tiny_ranking() -> None:
     # mean unit 400; 2K: top_k = 5, but one 400-char unit is all there is -> ratio 0.2
     check = doctor("paper_rag", units, hits, probes=(P1,), budgets=("2K",)).budget_match()
     assert_check(check, 2, "budget_match", False)
-    assert check.seen == {"bm25/2K": {"requested": 2000, "achieved_mean": 400.0, "ratio": 0.2}}
+    # one probe: its ratio is the mean's, so min and max agree
+    assert check.seen == {"bm25/2K": {"requested": 2000, "achieved_mean": 400.0, "ratio": 0.2,
+                                      "probe_ratio_min": 0.2, "probe_ratio_max": 0.2}}  # fmt: skip
     assert "bm25/2K: requested 2000, achieved 400 (ratio 0.20)" in check.message
 
 
@@ -171,12 +179,14 @@ def test_budget_match_tolerance_decides() -> None:
     # 1K with tolerance 0.05: cap 1050 -> p1 900, p2 1050 -> mean 975, ratio 0.975: within 5%
     check = doctor("paper_rag", AB, AB_HITS, budgets=("1K",), tolerance=0.05).budget_match()
     assert_check(check, 2, "budget_match", True)
-    assert check.seen["bm25/1K"] == {"requested": 1000, "achieved_mean": 975.0, "ratio": 0.975}
+    assert check.seen["bm25/1K"] == {"requested": 1000, "achieved_mean": 975.0, "ratio": 0.975,
+                                     "probe_ratio_min": 0.9, "probe_ratio_max": 1.05}  # fmt: skip
     assert check.message == "all budgets within 5%"
     # tolerance 0: cap 1000 -> p1 900, p2 1000 -> mean 950, ratio 0.95: off
     check = doctor("paper_rag", AB, AB_HITS, budgets=("1K",), tolerance=0.0).budget_match()
     assert_check(check, 2, "budget_match", False)
-    assert check.seen["bm25/1K"] == {"requested": 1000, "achieved_mean": 950.0, "ratio": 0.95}
+    assert check.seen["bm25/1K"] == {"requested": 1000, "achieved_mean": 950.0, "ratio": 0.95,
+                                     "probe_ratio_min": 0.9, "probe_ratio_max": 1.0}  # fmt: skip
     assert "by more than 0%" in check.message
     assert "requested 1000, achieved 950 (ratio 0.95)" in check.message
 
@@ -187,7 +197,8 @@ def test_budget_match_passes_a_cell_cut_exactly_at_the_cap() -> None:
     # mean unit 650; 1K: top_k = floor(1000 / 650 + 0.5) = 2 -> 1300 cut to the cap 1250
     check = doctor("paper_rag", units, hits, probes=(P1,), budgets=("1K",)).budget_match()
     assert_check(check, 2, "budget_match", True)
-    assert check.seen["bm25/1K"] == {"requested": 1000, "achieved_mean": 1250.0, "ratio": 1.25}
+    assert check.seen["bm25/1K"] == {"requested": 1000, "achieved_mean": 1250.0, "ratio": 1.25,
+                                     "probe_ratio_min": 1.25, "probe_ratio_max": 1.25}  # fmt: skip
 
 
 def test_budget_match_passes_a_cell_at_the_cap_for_any_tolerance() -> None:
@@ -197,21 +208,25 @@ def test_budget_match_passes_a_cell_at_the_cap_for_any_tolerance() -> None:
     check = doctor(
         "paper_rag", units, hits, probes=(P1,), budgets=("1K",), tolerance=0.1
     ).budget_match()
-    assert check.seen["bm25/1K"] == {"requested": 1000, "achieved_mean": 1100.0, "ratio": 1.1}
+    assert check.seen["bm25/1K"] == {"requested": 1000, "achieved_mean": 1100.0, "ratio": 1.1,
+                                     "probe_ratio_min": 1.1, "probe_ratio_max": 1.1}  # fmt: skip
     assert check.ok is True, check.message
 
 
 def test_budget_match_reports_each_modality() -> None:
     hits = {**AB_HITS, "dense": {"p1": ranked("A0"), "p2": ranked("B0")}}
     # dense: mean unit 400, 1K top_k 3, but one unit each: 300 and 500 -> mean 400, ratio 0.4
+    # (per probe 0.3 and 0.5); bm25 as in the first test: 900 and 1250 -> 0.9 and 1.25
     check = doctor(
         "paper_rag", AB, hits, modalities=("bm25", "dense"), budgets=("1K",)
     ).budget_match()
     assert_check(check, 2, "budget_match", False)
     assert check.seen == {
-        "bm25/1K": {"requested": 1000, "achieved_mean": 1075.0, "ratio": 1.075},
-        "dense/1K": {"requested": 1000, "achieved_mean": 400.0, "ratio": 0.4},
-    }
+        "bm25/1K": {"requested": 1000, "achieved_mean": 1075.0, "ratio": 1.075,
+                    "probe_ratio_min": 0.9, "probe_ratio_max": 1.25},
+        "dense/1K": {"requested": 1000, "achieved_mean": 400.0, "ratio": 0.4,
+                     "probe_ratio_min": 0.3, "probe_ratio_max": 0.5},
+    }  # fmt: skip
     assert "dense/1K: requested 1000, achieved 400 (ratio 0.40)" in check.message
     assert "bm25/1K" not in check.message
 
@@ -235,19 +250,23 @@ def test_budget_match_fails_when_native_probes_restore_nothing() -> None:
 def test_budget_match_pack_mode_fills_exactly() -> None:
     # pack 1K: p1 300 + 300 + 300 + 100 (cut) = 1000; p2 500 + 500 = 1000 -> ratio 1.0
     # pack 2K: p1 6 * 300 = 1800 (all there is); p2 4 * 500 = 2000 -> mean 1900, ratio 0.95
+    #          per probe 1800 / 2000 = 0.9, 2000 / 2000 = 1.0
     check = doctor("paper_rag", AB, AB_HITS, budgets=("1K", "2K"), mode="pack").budget_match()
     assert_check(check, 2, "budget_match", True)
     assert check.seen == {
-        "bm25/1K": {"requested": 1000, "achieved_mean": 1000.0, "ratio": 1.0},
-        "bm25/2K": {"requested": 2000, "achieved_mean": 1900.0, "ratio": 0.95},
-    }
+        "bm25/1K": {"requested": 1000, "achieved_mean": 1000.0, "ratio": 1.0,
+                    "probe_ratio_min": 1.0, "probe_ratio_max": 1.0},
+        "bm25/2K": {"requested": 2000, "achieved_mean": 1900.0, "ratio": 0.95,
+                    "probe_ratio_min": 0.9, "probe_ratio_max": 1.0},
+    }  # fmt: skip
 
 
 def test_budget_match_pack_mode_underfill_fails_without_calibrating() -> None:
-    # pack 5K: p1 1800, p2 3000 -> mean 2400, ratio 0.48
+    # pack 5K: p1 1800, p2 3000 -> mean 2400, ratio 0.48 (per probe 0.36 and 0.6)
     check = doctor("paper_rag", AB, AB_HITS, budgets=("5K",), mode="pack").budget_match()
     assert_check(check, 2, "budget_match", False)
-    assert check.seen == {"bm25/5K": {"requested": 5000, "achieved_mean": 2400.0, "ratio": 0.48}}
+    assert check.seen == {"bm25/5K": {"requested": 5000, "achieved_mean": 2400.0, "ratio": 0.48,
+                                      "probe_ratio_min": 0.36, "probe_ratio_max": 0.6}}  # fmt: skip
     # pack needs no native calibration: an empty ranking is an underfill, not "nothing to calibrate"
     hits = {"bm25": {"p1": [], "p2": []}}
     check = doctor("paper_rag", AB, hits, budgets=("1K",), mode="pack").budget_match()
@@ -414,37 +433,42 @@ def test_document_count_fails_off_the_manifest(n_papers: Any) -> None:
 
 HUNDREDS = make_units("P", {f"h{i}": 100 for i in range(12)})
 TEN = [f"h{i}" for i in range(10)]
+SHORT_10 = "ranking holds <= 10 units"
 
 
 def test_top_k_growth_fails_when_the_ranking_holds_only_native_top_k() -> None:
+    # ten units for simple_rag's native top-10: doubling top_k cannot add anything, so the
+    # probe is not measured at all
     hits = {"bm25": {"p1": ranked(*TEN)}}
     check = doctor("simple_rag", HUNDREDS, hits, probes=(P1,)).top_k_growth()
     assert_check(check, 6, "top_k_growth", False)
-    assert check.seen == {"bm25": {"top_10": 1000, "top_20": 1000}}
+    assert check.seen == {"bm25": {"p1": SHORT_10}}
     assert check.message == (
-        "raising top_k did not grow the context: bm25: top_10 1000 chars, top_20 1000 chars"
+        "raising top_k did not grow the context: bm25: no probe ranking holds more than 10 units"
     )
 
 
 def test_top_k_growth_ignores_ids_the_units_lack() -> None:
-    # ten known units then stale ids: top_20 still restores only the ten
+    # twelve ids, but two are stale: the ten known units are not more than top_k
     hits = {"bm25": {"p1": ranked(*TEN, "gone-1", "gone-2")}}
     check = doctor("simple_rag", HUNDREDS, hits, probes=(P1,)).top_k_growth()
     assert_check(check, 6, "top_k_growth", False)
-    assert check.seen == {"bm25": {"top_10": 1000, "top_20": 1000}}
+    assert check.seen == {"bm25": {"p1": SHORT_10}}
+    assert check.message.endswith("bm25: no probe ranking holds more than 10 units")
 
 
 def test_top_k_growth_passes_when_the_ranking_is_deeper() -> None:
     hits = {
         "bm25": {"p1": ranked(*TEN, "h10", "h11"), "p2": ranked("h0")},
-        "dense": {"p1": ranked(*reversed(TEN), "h11")},
+        "dense": {"p1": ranked(*reversed(TEN), "h11")},  # no p2 ranking at all
     }
-    # only the first probe is used, so p2's one-unit ranking does not matter
+    # p1: top_10 = 10 * 100; top_20 takes all 12 (bm25) or 11 (dense) units.
+    # p2 holds one unit (bm25) or none (dense): reported, not measured.
     check = doctor("simple_rag", HUNDREDS, hits, modalities=("bm25", "dense")).top_k_growth()
     assert_check(check, 6, "top_k_growth", True)
     assert check.seen == {
-        "bm25": {"top_10": 1000, "top_20": 1200},
-        "dense": {"top_10": 1000, "top_20": 1100},
+        "bm25": {"p1": {"top_10": 1000, "top_20": 1200}, "p2": SHORT_10},
+        "dense": {"p1": {"top_10": 1000, "top_20": 1100}, "p2": SHORT_10},
     }
     assert check.message == "top_20 restores more than top_10"
 
@@ -455,11 +479,58 @@ def test_top_k_growth_fails_for_the_flat_modality_only() -> None:
         "paper_rag", HUNDREDS, hits, probes=(P1,), modalities=("bm25", "dense")
     ).top_k_growth()
     assert_check(check, 6, "top_k_growth", False)
+    # paper_rag's native top-1: bm25 holds 2 units (100 -> 200 chars), dense only 1
     assert check.seen == {
-        "bm25": {"top_1": 100, "top_2": 200},
-        "dense": {"top_1": 100, "top_2": 100},
+        "bm25": {"p1": {"top_1": 100, "top_2": 200}},
+        "dense": {"p1": "ranking holds <= 1 units"},
     }
-    assert check.message.endswith(": dense: top_1 100 chars, top_2 100 chars")
+    assert check.message == (
+        "raising top_k did not grow the context: dense: no probe ranking holds more than 1 units"
+    )
+
+
+def test_top_k_growth_passes_on_a_later_probe_when_the_first_is_short() -> None:
+    # p1 is a rare-term probe with two hits; p2's ranking is deep enough and grows
+    hits = {"bm25": {"p1": ranked("h0", "h1"), "p2": ranked(*TEN, "h10")}}
+    check = doctor("simple_rag", HUNDREDS, hits).top_k_growth()
+    assert_check(check, 6, "top_k_growth", True)
+    assert check.seen == {"bm25": {"p1": SHORT_10, "p2": {"top_10": 1000, "top_20": 1100}}}
+    assert check.message == "top_20 restores more than top_10"
+
+
+def test_top_k_growth_fails_when_no_probe_qualifies() -> None:
+    # section_rag's native top-3: p1 holds 3 units, p2 2 (a third id is stale), p3 none
+    hits = {"dense": {"p1": ranked("h0", "h1", "h2"), "p2": ranked("h3", "stale", "h4")}}
+    probes = (P1, P2, Probe("p3", "third probe"))
+    check = doctor(
+        "section_rag", HUNDREDS, hits, probes=probes, modalities=("dense",)
+    ).top_k_growth()
+    assert_check(check, 6, "top_k_growth", False)
+    short = "ranking holds <= 3 units"
+    assert check.seen == {"dense": {"p1": short, "p2": short, "p3": short}}
+    assert check.message == (
+        "raising top_k did not grow the context: dense: no probe ranking holds more than 3 units"
+    )
+
+
+def test_top_k_growth_reports_the_first_measured_probe_when_none_grows() -> None:
+    # x, y, z are empty units, so a deeper top_k adds units but no characters; p1 is too short
+    # to measure, so the message quotes p2 (100 chars), the first measured probe, not p3 (200)
+    units = {**make_units("P", {"h0": 100, "h1": 200}), **make_units("Q", dict.fromkeys("xyz", 0))}
+    hits = {"bm25": {"p1": ranked("h0"), "p2": ranked("h0", "x", "y"), "p3": ranked("h1", "z")}}
+    probes = (P1, P2, Probe("p3", "third probe"))
+    check = doctor("paper_rag", units, hits, probes=probes).top_k_growth()
+    assert_check(check, 6, "top_k_growth", False)
+    assert check.seen == {
+        "bm25": {
+            "p1": "ranking holds <= 1 units",
+            "p2": {"top_1": 100, "top_2": 100},
+            "p3": {"top_1": 200, "top_2": 200},
+        }
+    }
+    assert check.message == (
+        "raising top_k did not grow the context: bm25: top_1 100 chars, top_2 100 chars"
+    )
 
 
 def test_top_k_growth_fails_with_no_probes() -> None:

@@ -508,6 +508,13 @@ def test_router_headroom_by_hand():
     assert out["router_gap"] == pytest.approx(6.0 - 37 / 6)
     assert out["router_choices"] == {"alpha": 2, "beta": 2, "gamma": 2}
     assert out["system_means"] == pytest.approx({"alpha": 5.0, "beta": 37 / 6, "gamma": 32 / 6})
+    # Leave-one-question-out single system: totals alpha 30, beta 37, gamma 32, less q's own:
+    #   q1: 21, 31, 27 -> beta (6)    q4: 28, 32, 28 -> beta (5)
+    #   q2: 22, 30, 27 -> beta (7)    q5: 27, 33, 26 -> beta (4)
+    #   q3: 23, 28, 27 -> beta (9)    q6: 29, 31, 25 -> beta (6)
+    #   6 + 7 + 9 + 5 + 4 + 6 = 37 -> 37/6, the in-sample best here since beta always wins.
+    assert out["loqo_single_score"] == pytest.approx(37 / 6)
+    assert out["router_gap_loqo"] == pytest.approx(6.0 - 37 / 6)
 
 
 def test_router_headroom_matches_numpy_oracle_and_best():
@@ -533,6 +540,12 @@ def test_router_uses_only_common_questions():
     #   q4: pool q5 -> alpha 3, beta 4, gamma 6 -> gamma (4); q5: pool q4 -> beta (4).
     assert out["router_score"] == pytest.approx((6 + 8 + 7 + 4 + 4) / 5)
     assert out["router_choices"] == {"alpha": 2, "beta": 2, "gamma": 1}
+    # Leave-one-out single system over q1..q5 (totals alpha 29, beta 31, gamma 25):
+    #   q1: 20, 25, 20 -> beta (6); q2: 21, 24, 20 -> beta (7);
+    #   q3: 22, 22, 20 -> alpha by name (7); q4: 27, 26, 21 -> alpha (2); q5: 26, 27, 19 -> beta (4)
+    #   6 + 7 + 7 + 2 + 4 = 26 -> 5.2, below the in-sample best 6.2: selection bias at work.
+    assert out["loqo_single_score"] == pytest.approx(26 / 5)
+    assert out["router_gap_loqo"] == pytest.approx(29 / 5 - 26 / 5)
 
 
 def test_router_best_single_tie_broken_by_name():
@@ -549,6 +562,9 @@ def test_router_best_single_tie_broken_by_name():
     # q1 goes by q2 -> zeta (4); q2 goes by q1 -> eta (4).
     assert out["router_score"] == pytest.approx(4.0)
     assert out["router_choices"] == {"eta": 1, "zeta": 1}
+    # One tier, so the held-out single system makes the same picks: zeta (4), eta (4).
+    assert out["loqo_single_score"] == pytest.approx(4.0)
+    assert out["router_gap_loqo"] == 0.0
 
 
 def test_router_single_question_tier_falls_back_to_all_other_questions():
@@ -562,12 +578,18 @@ def test_router_single_question_tier_falls_back_to_all_other_questions():
     assert out["router_score"] == pytest.approx(18 / 3)
     assert out["router_choices"] == {"a": 3}
     assert out["oracle_score"] == pytest.approx((9 + 9 + 8) / 3)
+    # The held-out single system ignores tiers: q1 by q2, q3 -> a 9 v b 13 -> b (5); q2
+    # likewise b (5); q3 by q1, q2 -> a 18 v b 10 -> a (0): 10/3, so tiers gain 6 - 10/3.
+    assert out["loqo_single_score"] == pytest.approx(10 / 3)
+    assert out["router_gap_loqo"] == pytest.approx(6 - 10 / 3)
     # Questions with no tier share one unknown tier.
     untiered = router_headroom(scores, {})
     # All in one tier: q1 by q2, q3 -> a 4.5 vs b 6.5 -> b (5); q2 likewise b (5);
     # q3 by q1, q2 -> a (0).
     assert untiered["router_score"] == pytest.approx(10 / 3)
     assert untiered["router_choices"] == {"a": 1, "b": 2}
+    assert untiered["loqo_single_score"] == pytest.approx(10 / 3)
+    assert untiered["router_gap_loqo"] == 0.0
 
 
 def test_router_tie_break_does_not_see_held_out_question():
@@ -579,6 +601,38 @@ def test_router_tie_break_does_not_see_held_out_question():
     # q2 (pool q1, q3) and q3 (pool q1, q2) go to whichever system has 1 on q1 -> 1 each.
     assert router_headroom(scores, tiers)["router_score"] == pytest.approx(2 / 3)
     assert router_headroom(swapped, tiers)["router_score"] == pytest.approx(1.0)
+
+
+def test_router_with_one_tier_is_the_loqo_single_system():
+    # With every question in one tier the router's pool is all other questions, exactly what
+    # the held-out single system ranks by, so both make the same pick on every question.
+    one_tier = dict.fromkeys(ROUTER_TIERS, "L1")
+    out = router_headroom(ROUTER_SCORES, one_tier)
+    # beta wins every leave-one-out (see test_router_headroom_by_hand): 37/6 either way
+    assert out["router_score"] == pytest.approx(37 / 6)
+    assert out["loqo_single_score"] == pytest.approx(37 / 6)
+    assert out["router_gap_loqo"] == 0.0
+    assert out["router_choices"] == {"beta": 6}
+    # a fixture where the pick changes with the held-out question: (totals a 16, b 15)
+    scores = {"a": {"q1": 9.0, "q2": 1.0, "q3": 6.0}, "b": {"q1": 2.0, "q2": 8.0, "q3": 5.0}}
+    # q1: a 7 v b 13 -> b (2); q2: a 15 v b 7 -> a (1); q3: a 10 v b 10 -> a by name (6)
+    for tiers in ({"q1": "L2", "q2": "L2", "q3": "L2"}, {}):
+        out = router_headroom(scores, tiers)
+        assert out["router_score"] == pytest.approx(9 / 3)
+        assert out["loqo_single_score"] == pytest.approx(9 / 3)
+        assert out["router_gap_loqo"] == 0.0
+        assert out["router_choices"] == {"a": 2, "b": 1}
+        # in-sample a (16/3) looks better than any pick made without seeing the question
+        assert out["best_single_score"] == pytest.approx(16 / 3)
+
+
+def test_router_one_question_uses_the_first_system_by_name():
+    out = router_headroom({"zed": {"q1": 9.0}, "abe": {"q1": 3.0}}, {"q1": "L1"})
+    assert out["best_single"] == "zed"
+    assert out["router_score"] == pytest.approx(3.0)
+    assert out["loqo_single_score"] == pytest.approx(3.0)
+    assert out["router_gap_loqo"] == 0.0
+    assert out["router_choices"] == {"abe": 1}
 
 
 def test_router_errors():
