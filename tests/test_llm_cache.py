@@ -208,3 +208,9 @@ def test_sigkill_mid_loop_leaves_readable_db(tmp_path: Path) -> None:
     cache.put("after", {"ok": True})
     assert cache.get("after") == {"ok": True}
     cache.close()
+
+
+def test_put_returns_what_the_cache_holds(tmp_path: Path) -> None:
+    cache = CallCache(tmp_path / "calls.sqlite")
+    assert cache.put("k", {"text": "first"}) == {"text": "first"}
+    assert cache.put("k", {"text": "second"}) == {"text": "first"}  # the first stored wins

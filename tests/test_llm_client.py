@@ -223,3 +223,47 @@ def test_backend_failure_wastes_no_completed_calls(tmp_path: Path) -> None:
         if client.cache.get(client.key(reqs[int(p.split()[1])], T_HASH)) is None
     ]
     assert lost == []
+
+
+class DriftingBackend(FakeBackend):
+    """A batching server's behaviour: the same prompt can come back with different text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def chat(self, request: ChatRequest) -> Completion:
+        with self._lock:
+            self.n += 1
+            n = self.n
+        return Completion(text=f"draft {n}", prompt_tokens=2, completion_tokens=2,
+                          latency_s=0.0, finish_reason="stop")  # fmt: skip
+
+
+def test_same_prompt_twice_in_one_run_gets_the_cached_answer_both_times(tmp_path: Path) -> None:
+    """Both copies must read what the cache keeps (the first stored), or a warm rerun, which
+    replays the cache, would rewrite the file with different text."""
+    client, _ = make_client(tmp_path, DriftingBackend(), concurrency=2)
+    same = requests(1) * 2
+    first = client.run(same, T_HASH)
+    assert first[0] == first[1] == client.cache.get(client.key(same[0], T_HASH))
+    replay, _ = make_client(tmp_path, DriftingBackend())
+    assert replay.run(same, T_HASH) == first
+
+
+def test_a_prompt_another_job_cached_meanwhile_is_replaced_by_that_answer(tmp_path: Path) -> None:
+    client, _ = make_client(tmp_path, DriftingBackend())
+    key = client.key(requests(1)[0], T_HASH)
+    other = CallCache(tmp_path / "cache" / "calls.sqlite")  # another job, same cache file
+    won = {"text": "the other job's answer", "prompt_tokens": 2, "completion_tokens": 2,
+           "latency_s": 0.0, "finish_reason": "stop"}  # fmt: skip
+    real_get = client.cache.get
+    looked: list[str] = []
+
+    def get_before_the_other_job(k: str):  # this job looks up before the other one stores
+        looked.append(k)
+        return None if len(looked) == 1 else real_get(k)
+
+    client.cache.get = get_before_the_other_job
+    assert other.put(key, won) == won
+    assert client.run(requests(1), T_HASH) == [won]

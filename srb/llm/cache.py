@@ -36,7 +36,15 @@ class CallCache:
         row = self._conn.execute("SELECT response FROM calls WHERE key = ?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
 
-    def put(self, key: str, response: dict[str, Any], kind: str = "chat", model: str = "") -> None:
+    def put(
+        self, key: str, response: dict[str, Any], kind: str = "chat", model: str = ""
+    ) -> dict[str, Any]:
+        """Store a response unless the key is already there; return what the cache now holds.
+
+        Two jobs (or two questions) can send the same prompt at once and, on a batching server,
+        get different text back. The first stored one wins, and both callers must use *it*, or
+        the files written now would differ from the ones a warm rerun replays.
+        """
         self._conn.execute(
             "INSERT OR IGNORE INTO calls (key, kind, model, response, created) VALUES (?,?,?,?,?)",
             (
@@ -47,6 +55,10 @@ class CallCache:
                 time.time(),
             ),
         )
+        stored = self.get(key)
+        if stored is None:  # cannot happen unless the database lost the row
+            raise RuntimeError(f"LLM call cache {self.path}: key {key} vanished after insert")
+        return stored
 
     def __len__(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0])

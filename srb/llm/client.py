@@ -122,9 +122,9 @@ class LLMClient:
                                 f.cancel()
                         continue
                     completion = future.result().to_dict()
-                    self.cache.put(keys[i], completion, model=self.model_name)
+                    # the cache's copy, which may be another caller's answer to the same prompt
+                    results[i] = self.cache.put(keys[i], completion, model=self.model_name)
                     self.stats.model_calls += 1
-                    results[i] = completion
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
             if failure is not None:

@@ -9,9 +9,7 @@ with job_logging(snakemake.log[0], f"paired_bootstrap[{wc.corpus}/{wc.synth}/{wc
     table = ScoreTable.from_grid(wc.judge, p.grid, snakemake.input.judgments)
     contrasts = parse_contrasts(p.contrasts, [tuple(c) for c in p.grid])
     b = p.bootstrap
-    rows = bootstrap_rows(
-        table, contrasts, b["resamples"], b["seed"], b["confidence"], b["min_n"]
-    )
+    rows = bootstrap_rows(table, contrasts, b["resamples"], b["seed"], b["confidence"], b["min_n"])
     if not rows:
         rows = [{"contrast": "not applicable: no contrasts configured (analysis.contrasts)"}]
     note = (
