@@ -127,14 +127,18 @@ def calibration_pairs(
     return xs, ys, groups, cell_tiers, excluded
 
 
-def calibration_rows(
+Panel = tuple[str, str, list[float], list[float], dict[str, Any]]  # judge x, judge y, xs, ys, row
+
+
+def calibration(
     tables: Sequence[ScoreTable], tiers: Mapping[str, str], within: float = 1.0
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], list[Panel]]:
+    """Table rows and scatter panels per pair of judges, pairing each judge pair's cells once."""
     if len(tables) < 2:
         only = tables[0].judge if tables else "none"
         return [{"judge_x": only, "judge_y": "", "status": "not applicable: calibration needs two "
-                 "or more judges scoring the same cells (llm.judges)"}]  # fmt: skip
-    rows = []
+                 "or more judges scoring the same cells (llm.judges)"}], []  # fmt: skip
+    rows, panels = [], []
     for x, y in combinations(tables, 2):
         xs, ys, groups, cell_tiers, excluded = calibration_pairs(x, y, tiers)
         row: dict[str, Any] = {
@@ -153,7 +157,14 @@ def calibration_rows(
             row["status"] = "ok"
             row["tier_mean_diff"] = "; ".join(f"{t} {d:+.2f}" for t, d in tier_diff.items())
         rows.append(rounded(row))
-    return rows
+        panels.append((x.judge, y.judge, xs, ys, rows[-1]))
+    return rows, panels
+
+
+def calibration_rows(
+    tables: Sequence[ScoreTable], tiers: Mapping[str, str], within: float = 1.0
+) -> list[dict[str, Any]]:
+    return calibration(tables, tiers, within)[0]
 
 
 # --- human votes --------------------------------------------------------------------------------

@@ -68,6 +68,7 @@ def check_analysis_config(
     """Resolve the analysis section against the synthesized grid; unknown names fail here,
     before any job, naming the entry. Returns router systems and the qualitative system."""
     from srb.analysis import parse_contrasts
+    from srb.stats import check_gap_edges
 
     parse_contrasts(analysis.get("contrasts", []), grid)
     pairs = sorted({f"{s}/{m}" for s, m, _ in grid if s not in ("base", "direct_read")})
@@ -88,8 +89,10 @@ def check_analysis_config(
         hybrid = [p for p in pairs if p.endswith("/hybrid")]
         qual = (hybrid or pairs)[0]
     edges = analysis.get("gap_buckets", [0, 1, 2, 4])
-    if edges[0] != 0 or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+    try:
+        check_gap_edges(edges)
+    except ValueError:
         raise ConfigError(
             f"{source}: analysis.gap_buckets must start at 0 and strictly increase, got {edges}"
-        )
+        ) from None
     return {"router_systems": router if router is not None else pairs, "qualitative_system": qual}

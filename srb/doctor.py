@@ -27,7 +27,6 @@ from typing import Any
 
 from srb.atomic import write_json
 from srb.data.canonical import iter_jsonl, load_canonical
-from srb.ingest import read_units
 from srb.retrieve import (
     Hit,
     budget_cap,
@@ -40,7 +39,7 @@ from srb.retrieve import (
     sort_hits,
 )
 from srb.systems import get_system
-from srb.units import Unit
+from srb.units import Unit, unit_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -93,16 +92,9 @@ def channel_hits(
         searcher = BM25Searcher(bm25_index, bm25_params["k1"], bm25_params["b"])
         out["bm25"] = {q: sort_hits(h) for q, h in searcher.search(texts, qids, depth).items()}
     if "dense" in needed and dense_index is not None:
-        from srb.index.dense import DenseSearcher, Encoder
+        from srb.index.dense import open_dense_searcher
 
-        encoder = Encoder(
-            dense_cfg.get("encoder", "minilm"),
-            threads=dense_cfg.get("threads", 1),
-            cache_path=dense_cfg.get("cache"),
-        )
-        searcher = DenseSearcher(
-            dense_index, encoder, dense_cfg.get("gpu", False), dense_cfg.get("ef_search", 64)
-        )
+        searcher = open_dense_searcher(dense_index, dense_cfg, dense_cfg.get("threads", 1))
         found = searcher.search(texts, qids, depth, dense_cfg.get("batch_size", 32))
         out["dense"] = {q: sort_hits(h) for q, h in found.items()}
     return out
@@ -146,10 +138,17 @@ class Doctor:
         self.hybrid_channels = list(hybrid_channels)
         self.budgets, self.mode, self.tolerance = list(budgets), mode, tolerance
         self.rrf_k, self.depth = rrf_k, depth
+        self._rankings: dict[tuple[str, str], list[Hit]] = {}
 
     def ranking(self, modality: str, probe: Probe) -> list[Hit]:
         """The probe's ranking as the rank rules build it, minus ids the units file lacks
-        (those are counted by the channels check)."""
+        (those are counted by the channels check); fused once, then reused by every check."""
+        key = (modality, probe.id)
+        if key not in self._rankings:
+            self._rankings[key] = self._rank(modality, probe)
+        return self._rankings[key]
+
+    def _rank(self, modality: str, probe: Probe) -> list[Hit]:
         if modality == "hybrid":
             runs = [self.hits[c][probe.id] for c in self.hybrid_channels if c in self.hits]
             ranked = rrf(runs, k=self.rrf_k, depth=self.depth) if runs else []
@@ -345,8 +344,8 @@ def run_doctor(
     corpus_dir = Path(corpus_dir)
     manifest = json.loads((corpus_dir / "manifest.json").read_text())
     ingest = json.loads(Path(ingest_log).read_text())
-    units = read_units(units_file)
-    n_lines = sum(1 for _ in iter_jsonl(Path(units_file)))
+    records = [r for _, r in iter_jsonl(Path(units_file))]
+    units = {r["id"]: unit_from_dict(r) for r in records}  # len(records) also counts duplicates
     probes = probes_from_config(corpus_dir, settings["probes"])
     modalities = settings["modalities"]
     hits = channel_hits(
@@ -362,7 +361,7 @@ def run_doctor(
         doc.probe_context(),
         doc.budget_match(),
         doc.channels(),
-        Doctor.unit_count(ingest, n_lines, store_counts(bm25_index, dense_index)),
+        Doctor.unit_count(ingest, len(records), store_counts(bm25_index, dense_index)),
         Doctor.document_count(manifest, units),
         doc.top_k_growth(),
     ]

@@ -15,7 +15,8 @@ from srb.atomic import atomic_write
 from srb.scores import Cell, ScoreTable, cell_label, mean_or_none
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (jobs have no display)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -24,10 +25,11 @@ def _pyplot():
     return plt
 
 
-def _save(fig: Any, png_out: str | Path) -> None:
+def save_png(fig: Any, png_out: str | Path) -> None:
+    """Atomic, timestamp-free PNG, so a rerun writes identical bytes."""
     with atomic_write(png_out, "wb") as fh:
         fig.savefig(fh, format="png", metadata={"Software": None})
-    _pyplot().close(fig)
+    pyplot().close(fig)
 
 
 def tier_bars(
@@ -38,7 +40,7 @@ def tier_bars(
     png_out: str | Path,
 ) -> None:
     """Mean composite per question tier (L1 lookup .. L3 synthesis), one bar per cell."""
-    plt = _pyplot()
+    plt = pyplot()
     tier_names = sorted({tiers[q] for c in cells for q in table.valid(c) if q in tiers}) or ["L1"]
     fig, ax = plt.subplots(figsize=(max(7, 0.6 * len(cells) * len(tier_names)), 4.5), dpi=120)
     width = 0.8 / max(1, len(cells))
@@ -61,7 +63,7 @@ def tier_bars(
     ax.legend(fontsize=7, ncol=2, loc="upper right")
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    _save(fig, png_out)
+    save_png(fig, png_out)
 
 
 def judge_scatter(
@@ -70,7 +72,7 @@ def judge_scatter(
     png_out: str | Path,
 ) -> None:
     """One panel per judge pair: cell scores of X vs Y, the y = x diagonal and the LS fit."""
-    plt = _pyplot()
+    plt = pyplot()
     n = max(1, len(pairs))
     fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 4.5), dpi=120, squeeze=False)
     if not pairs:
@@ -99,12 +101,12 @@ def judge_scatter(
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    _save(fig, png_out)
+    save_png(fig, png_out)
 
 
 def agreement_figure(rows: Sequence[Mapping[str, Any]], title: str, png_out: str | Path) -> None:
     """Left: agreement by |gap| bucket with Wilson 95% bars; right: overall agreement by tau."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=120)
     by_gap = [r for r in rows if str(r.get("view", "")).startswith("by |gap|")]
     by_tau = [r for r in rows if r.get("view") == "overall"]
@@ -130,4 +132,4 @@ def agreement_figure(rows: Sequence[Mapping[str, Any]], title: str, png_out: str
         ax.grid(True, alpha=0.3)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    _save(fig, png_out)
+    save_png(fig, png_out)

@@ -8,15 +8,14 @@ The LLM-free label accuracy (answer states the gold direction) sits beside the j
 
 from __future__ import annotations
 
-import csv
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from srb.atomic import atomic_write
+from srb.analysis import write_table
 from srb.data.canonical import iter_jsonl, load_canonical
-from srb.diagnostics import markdown_table
+from srb.figures import pyplot, save_png
 from srb.retrieve import parse_budget
 
 Cell = tuple[str, str, str, str | Path, str | Path]  # system, modality, budget, judgments, context
@@ -99,28 +98,17 @@ def write_leaderboard(
     rows: list[dict[str, Any]], title: str, csv_out: str | Path, md_out: str | Path
 ) -> None:
     budgets = rows[0]["_budgets"] if rows else []
-    cols = columns(budgets)
-    with atomic_write(csv_out) as fh:
-        writer = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    with atomic_write(md_out) as fh:
-        fh.write(f"# {title}\n\n")
-        fh.write(
-            "Scores: mean composite (accuracy, completeness, specificity, hallucination "
-            "avoidance; 0-10) over valid judgments; chars: mean achieved context characters; "
-            "label_acc: share of answers stating the gold direction (LLM-free); n_invalid: "
-            "judgments that could not be parsed after retries (excluded from scores).\n\n"
-        )
-        fh.write(markdown_table(rows, cols))
+    note = (
+        "Scores: mean composite (accuracy, completeness, specificity, hallucination "
+        "avoidance; 0-10) over valid judgments; chars: mean achieved context characters; "
+        "label_acc: share of answers stating the gold direction (LLM-free); n_invalid: "
+        "judgments that could not be parsed after retries (excluded from scores)."
+    )
+    write_table(rows, columns(budgets), csv_out, md_out, title, note)
 
 
 def budget_sweep_figure(rows: list[dict[str, Any]], title: str, png_out: str | Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     styles = {"hybrid": "-", "dense": "--", "bm25": ":", "none": "-."}
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for r in rows:
@@ -156,6 +144,4 @@ def budget_sweep_figure(rows: list[dict[str, Any]], title: str, png_out: str | P
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
-    with atomic_write(png_out, "wb") as fh:
-        fig.savefig(fh, format="png", metadata={"Software": None})
-    plt.close(fig)
+    save_png(fig, png_out)

@@ -65,15 +65,10 @@ def rank_dense(
     dense_cfg: dict[str, Any],
     threads: int = 1,
 ) -> None:
-    from srb.index.dense import DenseSearcher, Encoder
+    from srb.index.dense import open_dense_searcher
 
     qids, texts = _questions(corpus_dir)
-    encoder = Encoder(
-        dense_cfg.get("encoder", "minilm"), threads=threads, cache_path=dense_cfg.get("cache")
-    )
-    searcher = DenseSearcher(
-        index_dir, encoder, dense_cfg.get("gpu", False), dense_cfg.get("ef_search", 64)
-    )
+    searcher = open_dense_searcher(index_dir, dense_cfg, threads)
     hits = searcher.search(texts, qids, depth, dense_cfg.get("batch_size", 32))
     _write_ranking(out, qids, {q: sort_hits(h) for q, h in hits.items()})
 

@@ -152,6 +152,14 @@ def judge_preference(gap: float, tau: float) -> str:
     return "tie"
 
 
+def check_gap_edges(edges: Sequence[float]) -> None:
+    """|gap| buckets start at 0 and strictly increase (the config check uses this too)."""
+    if not edges or edges[0] != 0 or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+        raise ValueError(
+            f"gap bucket edges must start at 0 and strictly increase, got {list(edges)}"
+        )
+
+
 def agreement_by_gap(
     gaps: Sequence[float],
     votes: Sequence[str],
@@ -163,10 +171,7 @@ def agreement_by_gap(
 
     Empty buckets are listed with n = 0 and no rate (not a 0% agreement).
     """
-    if not edges or edges[0] != 0 or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
-        raise ValueError(
-            f"gap bucket edges must start at 0 and strictly increase, got {list(edges)}"
-        )
+    check_gap_edges(edges)
     rows = []
     bounds = [*edges, math.inf]
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from scipy.stats import binomtest, linregress, pearsonr, spearmanr
+from test_leaderboard import J
 
 from srb.__main__ import main
 from srb.analysis import (
@@ -50,21 +51,6 @@ DIRECT = ("direct_read", "none", "6K")
 GRID = [SRH_2K, SRH_10K, PRB_2K, BASE, DIRECT]
 QIDS = ["q1", "q2", "q3", "q4", "q5", "q6"]
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def J(qid: str, composite: float | None, label_correct: bool | None = None) -> dict:
-    """A judgment record as the judge writes it; composite None = an invalid judgment."""
-    return {
-        "question_id": qid,
-        "judge": "rubric",
-        "valid": composite is not None,
-        "scores": None,
-        "composite": composite,
-        "attempts": 1,
-        "error": None if composite is not None else "attempt 3: garbage",
-        "stated_label": None,
-        "label_correct": label_correct,
-    }
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -175,3 +175,16 @@ class DenseSearcher:
             qid: [(self.ids[j], float(s)) for j, s in zip(idx[r], scores[r], strict=True) if j >= 0]
             for r, qid in enumerate(qids)
         }
+
+
+def open_dense_searcher(
+    index_dir: str | Path, dense_cfg: Mapping[str, Any], threads: int = 1
+) -> DenseSearcher:
+    """The encoder and searcher as configured under `dense` (the rank rule and the doctor must
+    search the same way, or the doctor would vouch for a different ranking)."""
+    encoder = Encoder(
+        dense_cfg.get("encoder", "minilm"), threads=threads, cache_path=dense_cfg.get("cache")
+    )
+    return DenseSearcher(
+        index_dir, encoder, dense_cfg.get("gpu", False), dense_cfg.get("ef_search", 64)
+    )

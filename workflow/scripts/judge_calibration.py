@@ -1,6 +1,6 @@
 """Judge-vs-judge calibration table and scatter for one synthesizer."""
 
-from srb.analysis import CALIBRATION_COLUMNS, calibration_pairs, calibration_rows, write_table
+from srb.analysis import CALIBRATION_COLUMNS, calibration, write_table
 from srb.figures import judge_scatter
 from srb.joblog import job_logging
 from srb.scores import ScoreTable, load_tiers
@@ -12,7 +12,7 @@ with job_logging(snakemake.log[0], f"judge_calibration[{wc.corpus}/{wc.synth}]")
     tables = [ScoreTable.from_grid(j, p.grid, files[i * n : (i + 1) * n])
               for i, j in enumerate(p.judges)]  # fmt: skip
     tiers = load_tiers(snakemake.input.questions)
-    rows = calibration_rows(tables, tiers, p.within)
+    rows, panels = calibration(tables, tiers, p.within)
     note = (
         "Per pair of judges over the cells (system x budget x question) both scored validly: "
         "Pearson r, least-squares slope/intercept of Y on X, Spearman rho of the system "
@@ -21,9 +21,4 @@ with job_logging(snakemake.log[0], f"judge_calibration[{wc.corpus}/{wc.synth}]")
     )
     title = f"{wc.corpus}: judge calibration ({wc.synth})"
     write_table(rows, CALIBRATION_COLUMNS, snakemake.output.csv, snakemake.output.md, title, note)
-    panels = []
-    for row, (x, y) in zip(rows, [(a, b) for i, a in enumerate(tables) for b in tables[i + 1 :]],
-                           strict=False):  # fmt: skip
-        xs, ys, *_ = calibration_pairs(x, y, tiers)
-        panels.append((x.judge, y.judge, xs, ys, row))
     judge_scatter(panels, title, snakemake.output.png)
