@@ -74,6 +74,11 @@ def retrieval_cells(corpus):
     )
 
 
+def budget_verdict_files(corpus):
+    """The budget verdict beside every retrieval cell (in the order of retrieval_cells)."""
+    return [f.removesuffix(".jsonl") + ".budget.json" for f in retrieval_cells(corpus)]
+
+
 def channel_index(wildcards, channel):
     """The channel's index when any configured modality searches it (the doctor probes it)."""
     uses = channel in MODALITIES or (

@@ -2,6 +2,7 @@ rule retrieval_diagnostics:
     input:
         questions="results/{corpus}/corpus/questions.jsonl",
         cells=lambda wc: retrieval_cells(wc.corpus),
+        verdicts=lambda wc: budget_verdict_files(wc.corpus),
     output:
         csv=report(
             "results/{corpus}/diagnostics/retrieval.csv",
@@ -20,5 +21,7 @@ rule retrieval_diagnostics:
         grid=lambda wc: [
             (s, m, b) for s in SYSTEMS for m in MODALITIES for b in BUDGETS
         ],
+        tolerance=config["budget_tolerance"],
+        gate=config["budget_gate"],
     script:
         "../workflow/scripts/retrieval_diagnostics.py"

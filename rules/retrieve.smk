@@ -74,6 +74,7 @@ rule restore_context:
         native=native_cell,
     output:
         cell="results/{corpus}/retrieval/{system}/{modality}/{budget}.jsonl",
+        verdict="results/{corpus}/retrieval/{system}/{modality}/{budget}.budget.json",
     log:
         "results/logs/restore/{corpus}/{system}/{modality}/{budget}.log",
     wildcard_constraints:
@@ -87,5 +88,6 @@ rule restore_context:
     params:
         mode=config["budget_mode"],
         tolerance=config["budget_tolerance"],
+        gate=config["budget_gate"],
     script:
         "../workflow/scripts/restore_context.py"

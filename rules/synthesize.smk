@@ -39,7 +39,7 @@ rule synthesize:
         mem_mb=4000,
         runtime=120,
     params:
-        llm=LLM,
+        llm=lambda wc: llm_params(wc.synth, "synthesize"),
         template_hash=lambda wc: file_hash(
             PROMPTS["synthesize"], PROMPTS["synthesize_base"]
         ),

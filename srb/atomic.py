@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -17,18 +18,49 @@ def _umask() -> int:
     return mask
 
 
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename inside `directory` durable (a power cut must not undo a finished write)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
+    """Write to a temporary file beside `path`, fsync it, then rename it over `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as fh:
             yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+        _fsync_dir(path.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def atomic_directory(path: str | Path) -> Iterator[Path]:
+    """Fill a staging directory beside `path`; on success it replaces `path` whole."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        yield staging
+        os.chmod(staging, 0o777 & ~_umask())
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(staging, path)
+        _fsync_dir(path.parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
         raise
 
 

@@ -7,6 +7,7 @@ evidence recall is the share of gold evidence characters that the restored conte
 from __future__ import annotations
 
 import csv
+import json
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from srb.atomic import atomic_write
+from srb.budget_check import FAILURES, OK, BudgetError, BudgetVerdict, knob_inert
 from srb.data.canonical import iter_jsonl, load_canonical
 from srb.data.schema import Question
 
@@ -98,7 +100,34 @@ COLUMNS = [
     "mean_requested_chars",
     "mean_achieved_chars",
     "n_empty_context",
+    "budget_ratio",
+    "budget_status",
 ]
+
+
+def budget_columns(
+    grid: Sequence[tuple[str, str, str]], verdict_files: Sequence[str | Path], tolerance: float
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per cell the ratio and status of its budget verdict, plus a knob-inert check across each
+    system/modality's budgets. Returns the columns and the failures (each naming its cell)."""
+    verdicts = [json.loads(Path(f).read_text()) for f in verdict_files]
+    columns, failures = [], []
+    by_pair: dict[tuple[str, str], dict[str, BudgetVerdict]] = defaultdict(dict)
+    for (system, modality, budget), v in zip(grid, verdicts, strict=True):
+        status = v["status"]
+        columns.append({"budget_ratio": v.get("ratio"), "budget_status": status})
+        if status != "native":
+            by_pair[(system, modality)][budget] = BudgetVerdict(**v)
+            if status in FAILURES:
+                failures.append(f"{system}/{modality}/{budget}: {status}: {v['reason']}")
+    for (system, modality), per_budget in by_pair.items():
+        inert = knob_inert(per_budget, tolerance)
+        if inert:
+            failures.append(f"{system}/{modality}: knob_inert: {inert}")
+            for i, (s, m, _) in enumerate(grid):
+                if (s, m) == (system, modality) and columns[i]["budget_status"] == OK:
+                    columns[i]["budget_status"] = "knob_inert"
+    return columns, failures
 
 
 def retrieval_table(
@@ -107,13 +136,26 @@ def retrieval_table(
     cells: Sequence[tuple[str, str, str, str | Path]],
     csv_out: str | Path,
     md_out: str | Path,
+    verdict_files: Sequence[str | Path] | None = None,
+    tolerance: float = 0.25,
+    gate: str = "fail",
 ) -> list[dict[str, Any]]:
-    """cells: (system, modality, budget, cell file). Writes CSV and a Markdown rendering."""
+    """cells: (system, modality, budget, cell file). Writes CSV and a Markdown rendering.
+
+    With `verdict_files` (one per cell) each row carries its budget verdict; with `gate: fail`
+    any off-budget cell or inert knob raises BudgetError after the tables are written."""
     questions = {q.id: q for q in load_canonical(corpus_dir).questions}
     rows = [
         {"corpus": corpus_name, "system": s, "modality": m, "budget": b, **cell_row(questions, f)}
         for s, m, b, f in cells
     ]
+    failures: list[str] = []
+    if verdict_files is not None:
+        budget_cols, failures = budget_columns(
+            [(s, m, b) for s, m, b, _ in cells], verdict_files, tolerance
+        )
+        for row, extra in zip(rows, budget_cols, strict=True):
+            row.update(extra)
     with atomic_write(csv_out) as fh:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
@@ -125,6 +167,13 @@ def retrieval_table(
             "context; source_paper_recall = share of the question's source papers touched.\n\n"
         )
         fh.write(markdown_table(rows, COLUMNS[1:]))
+        if failures:
+            fh.write("\nOff budget:\n\n" + "".join(f"- {f}\n" for f in failures))
+    if failures and gate == "fail":
+        raise BudgetError(
+            f"budget gate: corpus {corpus_name}: {len(failures)} cell(s) off budget:\n  "
+            + "\n  ".join(failures)
+        )
     return rows
 
 

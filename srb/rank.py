@@ -7,17 +7,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from srb.atomic import write_jsonl
+from srb.atomic import write_json, write_jsonl
+from srb.budget_check import BudgetError, BudgetVerdict, cell_verdict
 from srb.data.canonical import iter_jsonl, load_canonical
 from srb.ingest import read_units
 from srb.retrieve import (
     Hit,
-    budget_cap,
-    calibrated_top_k,
-    cap_restored,
-    mean_unit_chars,
     parse_budget,
-    restore_packed,
+    restore_budget,
     restore_top_k,
     rrf,
     sort_hits,
@@ -97,31 +94,45 @@ def restore_cell(
     out: str | Path,
     native_file: str | Path | None = None,
     tolerance: float = 0.25,
-) -> None:
-    """Write one retrieval cell: per question, the restored units, scores, spans and context."""
+    verdict_out: str | Path | None = None,
+    gate: str = "fail",
+    where: str = "",
+) -> BudgetVerdict | None:
+    """Write one retrieval cell: per question, the restored units, scores, spans and context.
+
+    A budgeted cell is checked against its budget (srb.budget_check); its verdict goes to
+    `verdict_out`, and with `gate: fail` a failing verdict stops the job naming `where`
+    (corpus/system/modality/budget) and the numbers.
+    """
     ranking = read_ranking(ranking_file)
     units = read_units(units_file)
     requested = parse_budget(budget)
     spec = get_system(system)
+    verdict = None
     if requested is None:
         cells = [restore_top_k(q, h, units, spec.native_top_k, None) for q, h in ranking.items()]
-    elif mode == "pack":
-        cells = [restore_packed(q, h, units, requested) for q, h in ranking.items()]
-    elif mode == "calibrated":
-        if native_file is None:
-            raise ValueError("calibrated budgets need the native cell of the same system/modality")
-        native = [r for _, r in iter_jsonl(Path(native_file))]
-        top_k = calibrated_top_k(requested, mean_unit_chars(native))
-        cap = budget_cap(requested, tolerance)
-        cells = [
-            cap_restored(restore_top_k(q, h, units, top_k, requested), cap)
-            for q, h in ranking.items()
-        ]
     else:
-        raise ValueError(f"unknown budget mode {mode!r}")
+        if mode == "calibrated" and native_file is None:
+            raise ValueError("calibrated budgets need the native cell of the same system/modality")
+        native = [r for _, r in iter_jsonl(Path(native_file))] if mode == "calibrated" else []
+        cells, calibration = restore_budget(ranking, units, requested, mode, tolerance, native)
+        lengths = [len(ranking[c.question_id]) for c in cells]
+        verdict = cell_verdict(cells, lengths, requested, tolerance, calibration)
     short = [c for c in cells if c.top_k and len(c.hits) < c.top_k and not c.truncated]
     if short:
         log.warning(
             "%d questions got fewer units than top_k (ranking depth or corpus size)", len(short)
         )
     write_jsonl(out, (c.to_record(units) for c in cells))
+    if verdict is None and verdict_out is not None:
+        write_json(verdict_out, {"requested": None, "status": "native", "top_k": spec.native_top_k})
+    if verdict is not None:
+        log.info("budget %s: %s (%s)", budget, verdict.status, verdict.reason)
+        if verdict_out is not None:
+            write_json(verdict_out, verdict.to_dict())
+        if verdict.failed and gate == "fail":
+            raise BudgetError(
+                f"budget gate: {where or system + '/' + budget}: {verdict.status}: "
+                f"{verdict.reason} (budget_gate: warn records it instead of failing)"
+            )
+    return verdict

@@ -181,3 +181,49 @@ def mean_unit_chars(native_records: Sequence[Mapping[str, Any]]) -> float:
     n_units = sum(len(r["unit_ids"]) for r in native_records)
     chars = sum(r["achieved_chars"] for r in native_records)
     return chars / n_units if n_units else 0.0
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How a calibrated cell was sized: the knob (top_k), the cap, and what it was derived from."""
+
+    requested: int
+    mean_unit_chars: float
+    top_k: int
+    cap: int
+
+
+def restore_budget(
+    rankings: Mapping[str, Sequence[Hit]],
+    units: Mapping[str, Unit],
+    budget: int,
+    mode: str,
+    tolerance: float,
+    native: Sequence[Mapping[str, Any]] = (),
+) -> tuple[list[Restored], Calibration | None]:
+    """One budget cell over `rankings`, the single path the cells and the doctor share.
+
+    `native`: the native restoration's records (question, unit ids, achieved characters) that a
+    calibrated budget derives its top_k from; over all questions for real cells, over the
+    probes for the doctor.
+    """
+    if mode == "pack":
+        return [restore_packed(q, h, units, budget) for q, h in rankings.items()], None
+    if mode != "calibrated":
+        raise ValueError(f"unknown budget mode {mode!r}")
+    mean_unit = mean_unit_chars(native)
+    calibration = Calibration(
+        budget, mean_unit, calibrated_top_k(budget, mean_unit), budget_cap(budget, tolerance)
+    )
+    cells = [
+        cap_restored(restore_top_k(q, h, units, calibration.top_k, budget), calibration.cap)
+        for q, h in rankings.items()
+    ]
+    return cells, calibration
+
+
+def ran_short(cell: Restored, ranking_length: int) -> bool:
+    """The question's ranking held fewer units than the budget asked for (corpus or depth)."""
+    if cell.top_k is not None:
+        return ranking_length < cell.top_k
+    return ranking_length == len(cell.hits) and not cell.truncated

@@ -108,6 +108,14 @@ def test_answers_judgments_and_leaderboard(llm_run):
         assert r["valid"] is False or (
             r["composite"] is not None and set(r["scores"]) >= {"accuracy"}
         )
+    # the LLM judge must actually judge: every cell has valid judgments, and (vLLM json_schema)
+    # nearly all of them are valid, so a judge that only ever fails cannot pass
+    llm_files = sorted((root / "results/tiny/judgments/smollm2-135m/smollm2-135m").rglob("*.jsonl"))
+    assert len(llm_files) == 6
+    records = [read_jsonl(f) for f in llm_files]
+    assert all(any(r["valid"] for r in recs) for recs in records)
+    flat = [r for recs in records for r in recs]
+    assert sum(r["valid"] for r in flat) >= 0.8 * len(flat)
     rubric = read_jsonl(
         root / "results/tiny/judgments/smollm2-135m/rubric/simple_rag/bm25/native.jsonl"
     )
@@ -159,6 +167,25 @@ def test_editing_a_prompt_template_reruns_only_its_jobs(llm_run):
     assert jobs["judge"] == str(
         2 * 2 + 2
     )  # LLM-judge jobs only: 4 retrieval cells + base + direct_read
+
+
+def test_editing_judge_settings_reruns_no_synthesis(llm_run):
+    root, config = llm_run
+    cfg = yaml.safe_load(Path(config).read_text())
+    cfg["llm"]["judge_context_chars"] = cfg["llm"].get("judge_context_chars", 2000) + 100
+    cfg["llm"]["judge_retries"] = cfg["llm"].get("judge_retries", 3) + 1
+    edited = root / "config-judge-edit.yaml"
+    edited.write_text(yaml.safe_dump(cfg))
+    proc = snakemake(root, edited, "-n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    jobs = {
+        parts[0]: parts[1]
+        for parts in (line.split() for line in out.splitlines())
+        if len(parts) == 2 and parts[0] in ("judge", "synthesize") and parts[1].isdigit()
+    }
+    assert "synthesize" not in jobs, out[-3000:]
+    assert jobs["judge"] == str(2 * 2 + 2)  # the LLM judge's cells only, not the rubric's
 
 
 def test_unknown_model_stops_before_any_job(tmp_path):

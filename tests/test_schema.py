@@ -181,6 +181,22 @@ def test_unknown_tier(tmp_path: Path) -> None:
     assert "'L4'" in str(err)
 
 
+@pytest.mark.parametrize("label", ["Significantly increased", "increased", "no difference", ""])
+def test_unknown_gold_label(tmp_path: Path, label: str) -> None:
+    # anything but the three direction labels could never be matched by the label reader, so it
+    # would score every answer to that question 0 without a word
+    err, _, qf = load_error(tmp_path, [paper()], [question(), question(id="q2", gold_label=label)])
+    assert_located(err, qf, "q2", "gold_label")
+    assert repr(label) in str(err) and "no significant difference" in str(err)
+
+
+def test_known_gold_labels_load(tmp_path: Path) -> None:
+    labels = ["significantly increased", "significantly decreased", "no significant difference"]
+    qs = [question(id=f"q{i}", gold_label=g) for i, g in enumerate([*labels, None])]
+    d, _, _ = write(tmp_path, [paper()], qs)
+    assert [q.gold_label for q in load_canonical(d).questions] == [*labels, None]
+
+
 def test_unknown_type(tmp_path: Path) -> None:
     err, _, qf = load_error(tmp_path, [paper()], [question(types=["factual", "telepathic"])])
     assert_located(err, qf, "q1", "types")

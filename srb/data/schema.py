@@ -11,6 +11,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The direction labels a gold label may take (Evidence Inference's); srb.judge reads answers into
+# the same three, so a question with any other label could never be answered correctly.
+GOLD_LABELS = ("significantly increased", "significantly decreased", "no significant difference")
+
 TIERS = ("L1", "L2", "L3")
 QUESTION_TYPES = (
     "factual",
@@ -173,6 +177,12 @@ def question_from_dict(rec: Any, file: Path | str, lineno: int) -> Question:
     gold_label = rec.get("gold_label")
     if gold_label is not None and not isinstance(gold_label, str):
         raise DataError(file, qid, "gold_label", "expected a string or null")
+    if gold_label is not None and gold_label not in GOLD_LABELS:
+        raise DataError(
+            file, qid, "gold_label",
+            f"{gold_label!r} is not a known direction label ({', '.join(GOLD_LABELS)}) or null; "
+            "an unknown label could never be matched and would score every answer 0",
+        )  # fmt: skip
     meta = rec.get("meta") or {}
     if not isinstance(meta, dict):
         raise DataError(file, qid, "meta", "expected an object")

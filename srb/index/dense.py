@@ -125,16 +125,18 @@ def maybe_to_gpu(index: Any, use_gpu: bool) -> Any:
 
 
 def save_dense_index(index: Any, ids: Sequence[str], directory: str | Path, meta: dict) -> None:
+    """Index, ids and meta are written into a staging directory beside `directory` and renamed
+    into place together, so a killed job never leaves an index that disagrees with its ids."""
     import faiss
 
-    from srb.atomic import atomic_write, write_json
+    from srb.atomic import atomic_directory, atomic_write, write_json
 
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    faiss.write_index(index, str(directory / "index.faiss"))
-    with atomic_write(directory / "ids.txt") as fh:
-        fh.writelines(f"{i}\n" for i in ids)
-    write_json(directory / "meta.json", {**meta, "n": len(ids)})
+    with atomic_directory(directory) as staging:
+        with atomic_write(staging / "index.faiss", "wb") as fh:
+            fh.write(faiss.serialize_index(index).tobytes())
+        with atomic_write(staging / "ids.txt") as fh:
+            fh.writelines(f"{i}\n" for i in ids)
+        write_json(staging / "meta.json", {**meta, "n": len(ids)})
 
 
 class DenseSearcher:

@@ -14,4 +14,7 @@ with job_logging(snakemake.log[0], f"restore[{wc.corpus}/{wc.system}/{wc.modalit
         snakemake.output.cell,
         snakemake.input.native or None,
         snakemake.params.tolerance,
+        verdict_out=snakemake.output.verdict,
+        gate=snakemake.params.gate,
+        where=f"corpus {wc.corpus}, system {wc.system}, modality {wc.modality}, budget {wc.budget}",
     )

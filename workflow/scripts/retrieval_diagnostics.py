@@ -14,4 +14,7 @@ with job_logging(snakemake.log[0], f"diagnostics[{wc.corpus}]"):
         cells,
         snakemake.output.csv,
         snakemake.output.md,
+        verdict_files=snakemake.input.verdicts,
+        tolerance=snakemake.params.tolerance,
+        gate=snakemake.params.gate,
     )
