@@ -6,11 +6,8 @@ from snakemake.utils import validate
 
 sys.path.insert(0, workflow.basedir)
 
-from srb.config import (  # noqa: E402
-    check_analysis_config,
-    check_config,
-    check_llm_config,
-)
+from srb.analysis import check_analysis_config  # noqa: E402
+from srb.config import check_config, check_llm_config  # noqa: E402
 
 validate(config, workflow.source_path("../config/schema.yaml"))
 check_config(config)

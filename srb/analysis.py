@@ -7,42 +7,21 @@ its own rather than leaving an empty file that could pass for a result.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Mapping, Sequence
 from itertools import combinations
-from pathlib import Path
 from typing import Any
 
-from srb.atomic import atomic_write
-from srb.diagnostics import markdown_table
+from srb.errors import ConfigError
 from srb.scores import Cell, ScoreTable, cell_label, parse_cell, rounded
 from srb.stats import (
     agreement_by_gap,
     agreement_by_tau,
+    check_gap_edges,
     judge_calibration,
     paired_bootstrap,
     router_headroom,
 )
 from srb.votes import Vote
-
-
-def write_table(
-    rows: Sequence[Mapping[str, Any]],
-    columns: Sequence[str],
-    csv_out: str | Path,
-    md_out: str | Path,
-    title: str,
-    note: str,
-) -> None:
-    with atomic_write(csv_out) as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(columns), extrasaction="ignore",
-                                lineterminator="\n")  # fmt: skip
-        writer.writeheader()
-        writer.writerows(rows)
-    with atomic_write(md_out) as fh:
-        fh.write(f"# {title}\n\n{note}\n\n")
-        fh.write(markdown_table(rows, columns))
-
 
 # --- paired bootstrap ---------------------------------------------------------------------------
 
@@ -238,3 +217,39 @@ def router_rows(
             row["router_choices"] = "; ".join(f"{s} {n}" for s, n in r["router_choices"].items())
         rows.append(rounded(row))
     return rows
+
+
+# --- config -------------------------------------------------------------------------------------
+
+
+def check_analysis_config(
+    analysis: dict[str, Any], grid: list[tuple[str, str, str]], source: str = "config"
+) -> dict[str, Any]:
+    """Resolve the analysis section against the synthesized grid; unknown names fail here,
+    before any job, naming the entry. Returns router systems and the qualitative system."""
+    parse_contrasts(analysis.get("contrasts", []), grid)
+    pairs = sorted({f"{s}/{m}" for s, m, _ in grid if s not in ("base", "direct_read")})
+    router = analysis.get("router", {}).get("systems")
+    for i, name in enumerate(router or []):
+        if name not in pairs:
+            raise ConfigError(
+                f"{source}: analysis.router.systems[{i}]: {name!r} is not a synthesized "
+                f"system/modality; known: {', '.join(pairs) or 'none'}"
+            )
+    qual = analysis.get("qualitative", {}).get("system")
+    if qual is not None and qual not in pairs:
+        raise ConfigError(
+            f"{source}: analysis.qualitative.system: {qual!r} is not a synthesized "
+            f"system/modality; known: {', '.join(pairs) or 'none'}"
+        )
+    if qual is None and pairs:
+        hybrid = [p for p in pairs if p.endswith("/hybrid")]
+        qual = (hybrid or pairs)[0]
+    edges = analysis.get("gap_buckets", [0, 1, 2, 4])
+    try:
+        check_gap_edges(edges)
+    except ValueError:
+        raise ConfigError(
+            f"{source}: analysis.gap_buckets must start at 0 and strictly increase, got {edges}"
+        ) from None
+    return {"router_systems": router if router is not None else pairs, "qualitative_system": qual}

@@ -21,8 +21,8 @@ from typing import Any
 import yaml
 
 from srb.atomic import atomic_write
-from srb.diagnostics import markdown_table
 from srb.retrieve import Hit, rrf, sort_hits
+from srb.tables import markdown_table
 
 log = logging.getLogger(__name__)
 

@@ -5,12 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from srb.errors import ConfigError
 from srb.retrieve import parse_budget
 from srb.systems import registry
-
-
-class ConfigError(ValueError):
-    pass
 
 
 def check_config(config: dict[str, Any], source: str = "config") -> None:
@@ -60,39 +57,3 @@ def check_llm_config(config: dict[str, Any], source: str = "config") -> None:
     for role, path in llm.get("prompts", {}).items():
         if not Path(path).is_file():
             raise ConfigError(f"{source}: llm.prompts.{role}: template {path} does not exist")
-
-
-def check_analysis_config(
-    analysis: dict[str, Any], grid: list[tuple[str, str, str]], source: str = "config"
-) -> dict[str, Any]:
-    """Resolve the analysis section against the synthesized grid; unknown names fail here,
-    before any job, naming the entry. Returns router systems and the qualitative system."""
-    from srb.analysis import parse_contrasts
-    from srb.stats import check_gap_edges
-
-    parse_contrasts(analysis.get("contrasts", []), grid)
-    pairs = sorted({f"{s}/{m}" for s, m, _ in grid if s not in ("base", "direct_read")})
-    router = analysis.get("router", {}).get("systems")
-    for i, name in enumerate(router or []):
-        if name not in pairs:
-            raise ConfigError(
-                f"{source}: analysis.router.systems[{i}]: {name!r} is not a synthesized "
-                f"system/modality; known: {', '.join(pairs) or 'none'}"
-            )
-    qual = analysis.get("qualitative", {}).get("system")
-    if qual is not None and qual not in pairs:
-        raise ConfigError(
-            f"{source}: analysis.qualitative.system: {qual!r} is not a synthesized "
-            f"system/modality; known: {', '.join(pairs) or 'none'}"
-        )
-    if qual is None and pairs:
-        hybrid = [p for p in pairs if p.endswith("/hybrid")]
-        qual = (hybrid or pairs)[0]
-    edges = analysis.get("gap_buckets", [0, 1, 2, 4])
-    try:
-        check_gap_edges(edges)
-    except ValueError:
-        raise ConfigError(
-            f"{source}: analysis.gap_buckets must start at 0 and strictly increase, got {edges}"
-        ) from None
-    return {"router_systems": router if router is not None else pairs, "qualitative_system": qual}

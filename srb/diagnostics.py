@@ -18,6 +18,7 @@ from srb.atomic import atomic_write
 from srb.budget_check import FAILURES, OK, BudgetError, BudgetVerdict, knob_inert
 from srb.data.canonical import iter_jsonl, load_canonical
 from srb.data.schema import Question
+from srb.tables import markdown_table
 
 Span = tuple[str, int, int]
 
@@ -175,12 +176,3 @@ def retrieval_table(
             + "\n  ".join(failures)
         )
     return rows
-
-
-def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
-    def fmt(v: Any) -> str:
-        return "–" if v is None else str(v)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join(lines) + "\n"

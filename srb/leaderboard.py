@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from srb.analysis import write_table
 from srb.data.canonical import iter_jsonl, load_canonical
 from srb.figures import pyplot, save_png
 from srb.retrieve import parse_budget
+from srb.tables import write_table
 
 Cell = tuple[str, str, str, str | Path, str | Path]  # system, modality, budget, judgments, context
 

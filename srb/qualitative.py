@@ -14,9 +14,9 @@ from typing import Any
 from srb.atomic import atomic_write
 from srb.data.canonical import iter_jsonl
 from srb.data.schema import Question
-from srb.diagnostics import markdown_table
 from srb.retrieve import parse_budget
 from srb.scores import Cell, cell_label
+from srb.tables import markdown_table
 
 CellFiles = Mapping[Cell, tuple[str | Path, str | Path, str | Path]]  # answers, judgments, context
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from srb.config import ConfigError
 from srb.data.canonical import iter_jsonl
+from srb.errors import ConfigError
 
 Cell = tuple[str, str, str]  # system, modality, budget
 LLM_ONLY = ("base", "direct_read")

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from srb.atomic import atomic_write
-from srb.config import ConfigError
 from srb.data.canonical import iter_jsonl
 from srb.data.schema import DataError
+from srb.errors import ConfigError
 from srb.scores import LLM_ONLY, Cell, resolve_system_budget
 
 VOTE_COLUMNS = ("question_id", "system_a", "system_b", "budget", "vote")

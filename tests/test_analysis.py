@@ -23,15 +23,16 @@ from srb.analysis import (
     agreement_rows,
     bootstrap_rows,
     calibration_rows,
+    check_analysis_config,
     parse_contrasts,
     router_rows,
-    write_table,
 )
-from srb.config import ConfigError, check_analysis_config
 from srb.data.schema import DataError, Question
+from srb.errors import ConfigError
 from srb.figures import agreement_figure, judge_scatter, tier_bars
 from srb.qualitative import choose_questions, excerpt, write_qualitative
 from srb.scores import ScoreTable, parse_cell
+from srb.tables import write_table
 from srb.votes import (
     BALLOT_COLUMNS,
     KEY_COLUMNS,

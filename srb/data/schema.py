@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from srb.errors import DataError  # defined at the bottom layer; loaders import it from here
+
 # The direction labels a gold label may take (Evidence Inference's); srb.judge reads answers into
 # the same three, so a question with any other label could never be answered correctly.
 GOLD_LABELS = ("significantly increased", "significantly decreased", "no significant difference")
@@ -27,19 +29,6 @@ QUESTION_TYPES = (
     "synthesis",
     "comparative",
 )
-
-
-class DataError(ValueError):
-    """Bad input, located precisely enough to fix by hand."""
-
-    def __init__(self, file: str | Path, record: str | int | None, field: str | None, message: str):
-        self.file, self.record, self.field = str(file), record, field
-        where = f"{file}"
-        if record is not None:
-            where += f", record {record}"
-        if field is not None:
-            where += f", field '{field}'"
-        super().__init__(f"{where}: {message}")
 
 
 @dataclass(frozen=True)

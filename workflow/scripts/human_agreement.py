@@ -1,9 +1,10 @@
 """Judge agreement with human side-by-side votes (or an explicit not-applicable entry)."""
 
-from srb.analysis import AGREEMENT_COLUMNS, agreement_rows, write_table
+from srb.analysis import AGREEMENT_COLUMNS, agreement_rows
 from srb.figures import agreement_figure
 from srb.joblog import job_logging
 from srb.scores import ScoreTable, load_tiers
+from srb.tables import write_table
 from srb.votes import read_votes
 
 wc, p = snakemake.wildcards, snakemake.params

@@ -1,9 +1,10 @@
 """Judge-vs-judge calibration table and scatter for one synthesizer."""
 
-from srb.analysis import CALIBRATION_COLUMNS, calibration, write_table
+from srb.analysis import CALIBRATION_COLUMNS, calibration
 from srb.figures import judge_scatter
 from srb.joblog import job_logging
 from srb.scores import ScoreTable, load_tiers
+from srb.tables import write_table
 
 wc, p = snakemake.wildcards, snakemake.params
 with job_logging(snakemake.log[0], f"judge_calibration[{wc.corpus}/{wc.synth}]"):

@@ -1,8 +1,9 @@
 """Paired bootstrap CIs for the configured contrasts (the paper's Table 7 shape)."""
 
-from srb.analysis import BOOTSTRAP_COLUMNS, bootstrap_rows, parse_contrasts, write_table
+from srb.analysis import BOOTSTRAP_COLUMNS, bootstrap_rows, parse_contrasts
 from srb.joblog import job_logging
 from srb.scores import ScoreTable
+from srb.tables import write_table
 
 wc, p = snakemake.wildcards, snakemake.params
 with job_logging(snakemake.log[0], f"paired_bootstrap[{wc.corpus}/{wc.synth}/{wc.judge}]"):

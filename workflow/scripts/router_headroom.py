@@ -1,8 +1,9 @@
 """Router headroom per budget: oracle vs best single system vs a LOQO tier-conditioned router."""
 
-from srb.analysis import ROUTER_COLUMNS, router_rows, write_table
+from srb.analysis import ROUTER_COLUMNS, router_rows
 from srb.joblog import job_logging
 from srb.scores import ScoreTable, load_tiers
+from srb.tables import write_table
 
 wc, p = snakemake.wildcards, snakemake.params
 with job_logging(snakemake.log[0], f"router_headroom[{wc.corpus}/{wc.synth}/{wc.judge}]"):
