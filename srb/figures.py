@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from srb.atomic import atomic_write
 from srb.scores import Cell, ScoreTable, cell_label, mean_or_none
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def pyplot():
@@ -26,7 +29,8 @@ def pyplot():
 
 
 def save_png(fig: Any, png_out: str | Path) -> None:
-    """Atomic, timestamp-free PNG, so a rerun writes identical bytes."""
+    """Atomic, timestamp-free PNG, so a rerun writes identical bytes. The figure is closed in
+    pyplot (no window or memory is kept), but the object and what it plots stay readable."""
     with atomic_write(png_out, "wb") as fh:
         fig.savefig(fh, format="png", metadata={"Software": None})
     pyplot().close(fig)
@@ -38,8 +42,9 @@ def tier_bars(
     tiers: Mapping[str, str],
     title: str,
     png_out: str | Path,
-) -> None:
-    """Mean composite per question tier (L1 lookup .. L3 synthesis), one bar per cell."""
+) -> Figure:
+    """Mean composite per question tier (L1 lookup .. L3 synthesis), one bar per cell.
+    Returns the (closed) figure, for inspection."""
     plt = pyplot()
     tier_names = sorted({tiers[q] for c in cells for q in table.valid(c) if q in tiers}) or ["L1"]
     fig, ax = plt.subplots(figsize=(max(7, 0.6 * len(cells) * len(tier_names)), 4.5), dpi=120)
@@ -64,14 +69,16 @@ def tier_bars(
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     save_png(fig, png_out)
+    return fig
 
 
 def judge_scatter(
     pairs: Sequence[tuple[str, str, Sequence[float], Sequence[float], Mapping[str, Any]]],
     title: str,
     png_out: str | Path,
-) -> None:
-    """One panel per judge pair: cell scores of X vs Y, the y = x diagonal and the LS fit."""
+) -> Figure:
+    """One panel per judge pair: cell scores of X vs Y, the y = x diagonal and the LS fit.
+    Returns the (closed) figure, for inspection."""
     plt = pyplot()
     n = max(1, len(pairs))
     fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 4.5), dpi=120, squeeze=False)
@@ -102,10 +109,12 @@ def judge_scatter(
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     save_png(fig, png_out)
+    return fig
 
 
-def agreement_figure(rows: Sequence[Mapping[str, Any]], title: str, png_out: str | Path) -> None:
-    """Left: agreement by |gap| bucket with Wilson 95% bars; right: overall agreement by tau."""
+def agreement_figure(rows: Sequence[Mapping[str, Any]], title: str, png_out: str | Path) -> Figure:
+    """Left: agreement by |gap| bucket with Wilson 95% bars; right: overall agreement by tau.
+    Returns the (closed) figure, for inspection."""
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=120)
     by_gap = [r for r in rows if str(r.get("view", "")).startswith("by |gap|")]
@@ -133,3 +142,4 @@ def agreement_figure(rows: Sequence[Mapping[str, Any]], title: str, png_out: str
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     save_png(fig, png_out)
+    return fig

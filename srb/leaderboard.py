@@ -11,12 +11,15 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from srb.data.canonical import iter_jsonl, load_canonical
 from srb.figures import pyplot, save_png
 from srb.retrieve import parse_budget
 from srb.tables import write_table
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 Cell = tuple[str, str, str, str | Path, str | Path]  # system, modality, budget, judgments, context
 
@@ -107,7 +110,9 @@ def write_leaderboard(
     write_table(rows, columns(budgets), csv_out, md_out, title, note)
 
 
-def budget_sweep_figure(rows: list[dict[str, Any]], title: str, png_out: str | Path) -> None:
+def budget_sweep_figure(rows: list[dict[str, Any]], title: str, png_out: str | Path) -> Figure:
+    """Composite vs achieved characters (log x), one line per system/modality: solid hybrid,
+    dashed dense, dotted BM25. Returns the (closed) figure, for inspection."""
     plt = pyplot()
     styles = {"hybrid": "-", "dense": "--", "bm25": ":", "none": "-."}
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
@@ -145,3 +150,4 @@ def budget_sweep_figure(rows: list[dict[str, Any]], title: str, png_out: str | P
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     save_png(fig, png_out)
+    return fig

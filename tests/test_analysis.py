@@ -1054,6 +1054,17 @@ def twice(tmp_path: Path, name: str, draw: Any) -> bytes:
     return data
 
 
+def bars_of(ax: Any) -> dict[str, tuple[list[float], list[float]]]:
+    """label -> (bar centres, bar heights) for every bar group on the axes."""
+    return {
+        c.get_label(): (
+            [b.get_x() + b.get_width() / 2 for b in c.patches],
+            [b.get_height() for b in c.patches],
+        )
+        for c in ax.containers
+    }
+
+
 def test_tier_bars_png(tmp_path: Path) -> None:
     table = ScoreTable(X_SCORES, "rubric")
     data = twice(
@@ -1063,6 +1074,54 @@ def test_tier_bars_png(tmp_path: Path) -> None:
     # a cell without judgments and an empty tier list still draw
     empty = twice(tmp_path, "empty", lambda p: tier_bars(table, [DIRECT], {}, "none", p))
     assert png_size(empty) == (840, 540)
+
+
+def test_tier_bars_plot_valid_means_per_tier(tmp_path: Path) -> None:
+    fig = tier_bars(
+        ScoreTable(X_SCORES, "rubric"), [SRH_2K, PRB_2K, BASE], TIERS, "tiers", tmp_path / "t.png"
+    )
+    (ax,) = fig.axes
+    # valid X_SCORES by tier (q1, q2: L1; q3: L2; q4: L3); invalid ones are left out:
+    #   simple_rag/hybrid/2K: L1 q1 8 (q2 invalid), L2 6, L3 4
+    #   paper_rag/bm25/2K:    L1 (5 + 7) / 2 = 6, L2 3, L3 2
+    #   base:                 L1 q2 2 (q1 invalid), L2 1, L3 3
+    # three groups of bars 0.8 / 3 wide, centred on the tier ticks 0, 1, 2
+    w = 0.8 / 3
+    bars = bars_of(ax)
+    assert list(bars) == ["simple_rag/hybrid/2K", "paper_rag/bm25/2K", "base"]
+    for i, (label, heights) in enumerate(
+        [("simple_rag/hybrid/2K", [8, 6, 4]), ("paper_rag/bm25/2K", [6, 3, 2]), ("base", [2, 1, 3])]
+    ):
+        centres, got = bars[label]
+        assert got == heights, label
+        assert centres == pytest.approx([j + (i - 1) * w for j in range(3)]), label
+    # n per bar, in drawing order (cell by cell, tier by tier): only paper_rag's L1 has two
+    assert [t.get_text() for t in ax.texts] == ["n=1"] * 3 + ["n=2", "n=1", "n=1"] + ["n=1"] * 3
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["L1", "L2", "L3"]
+    assert ax.get_xticks().tolist() == [0, 1, 2]
+    assert ax.get_ylabel() == "mean composite score (0-10, valid judgments)"
+    assert ax.get_ylim() == (0, 10.5)
+    assert ax.get_title() == "tiers"
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["simple_rag/hybrid/2K", "paper_rag/bm25/2K", "base"]
+
+
+def test_tier_bars_mark_a_tier_without_valid_scores(tmp_path: Path) -> None:
+    # Y_SCORES: base has no L3 score (q4 never scored) but a valid 0.0 on q3 (L2).
+    fig = tier_bars(ScoreTable(Y_SCORES, "qwen"), [SRH_2K, BASE], TIERS, "y", tmp_path / "y.png")
+    (ax,) = fig.axes
+    bars = bars_of(ax)
+    # simple_rag/hybrid/2K: L1 (7.5 + 6.0) / 2 = 6.75, L2 6.5, L3 3.0
+    assert bars["simple_rag/hybrid/2K"][1] == [6.75, 6.5, 3.0]
+    # base: L1 2.5, L2 a real 0.0 (n=1), L3 nothing: drawn at 0 but labelled n/a
+    assert bars["base"][1] == [2.5, 0.0, 0.0]
+    assert [t.get_text() for t in ax.texts] == ["n=2", "n=1", "n=1", "n=1", "n=1", "n/a"]
+    # a cell with no judgments at all and no tiers: one "L1" group with an n/a bar
+    fig = tier_bars(ScoreTable(X_SCORES, "rubric"), [DIRECT], {}, "none", tmp_path / "e.png")
+    (ax,) = fig.axes
+    assert bars_of(ax) == {"direct_read": ([0.0], [0.0])}
+    assert [t.get_text() for t in ax.texts] == ["n/a"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["L1"]
 
 
 def test_judge_scatter_png(tmp_path: Path) -> None:
@@ -1076,6 +1135,45 @@ def test_judge_scatter_png(tmp_path: Path) -> None:
     assert none != data
 
 
+def test_judge_scatter_plots_points_diagonal_and_fit(tmp_path: Path) -> None:
+    xs, ys = [b[0] for b in BOTH], [b[1] for b in BOTH]
+    fit = linregress(xs, ys)
+    r = pearsonr(xs, ys).statistic
+    stats = {"slope": fit.slope, "intercept": fit.intercept, "pearson_r": r,
+             "system_rank_spearman": 0.5}  # fmt: skip
+    pairs = [("rubric", "qwen", xs, ys, stats), ("rubric", "broken", [], [], {})]
+    fig = judge_scatter(pairs, "calibration", tmp_path / "s.png")
+    left, right = fig.axes
+    assert fig.get_suptitle() == "calibration"
+    # the eight cells both judges scored, as (x, y) points
+    (points,) = left.collections
+    assert points.get_offsets().tolist() == [[x, y] for x, y in zip(xs, ys, strict=True)]
+    lines = {line.get_label(): line for line in left.get_lines()}
+    diagonal = lines["y = x"]
+    assert diagonal.get_linestyle() == "--"
+    assert (list(diagonal.get_xdata()), list(diagonal.get_ydata())) == ([0, 10], [0, 10])
+    # the least-squares line from scipy, drawn from x = 0 to x = 10
+    fit_label = f"fit y = {fit.slope:.2f}x + {fit.intercept:.2f}"
+    line = lines[fit_label]
+    assert list(line.get_xdata()) == [0, 10]
+    assert list(line.get_ydata()) == pytest.approx([fit.intercept, fit.intercept + 10 * fit.slope])
+    assert left.get_title() == f"r = {r:.2f}, rank rho = 0.50, n = 8"
+    assert (left.get_xlabel(), left.get_ylabel()) == ("rubric composite", "qwen composite")
+    assert [t.get_text() for t in left.get_legend().get_texts()] == ["y = x", fit_label]
+    # a pair with no valid cells: no points, no fit, statistics shown as n/a
+    assert right.collections[0].get_offsets().shape[0] == 0
+    assert [line.get_label() for line in right.get_lines()] == ["y = x"]
+    assert right.get_title() == "r = n/a, rank rho = n/a, n = 0"
+    assert (right.get_xlabel(), right.get_ylabel()) == ("rubric composite", "broken composite")
+    # one judge only: a single panel that says why there is nothing to plot
+    fig = judge_scatter([], "calibration", tmp_path / "n.png")
+    (ax,) = fig.axes
+    assert not ax.axison
+    assert [t.get_text() for t in ax.texts] == [
+        "not applicable:\ncalibration needs two or more judges"
+    ]
+
+
 def test_agreement_figure_png(tmp_path: Path) -> None:
     table = ScoreTable(AGREE_TABLE, "rubric")
     rows = agreement_rows(table, AGREE_VOTES, [0, 1, 2, 4], [0, 0.5, 1])
@@ -1085,6 +1183,52 @@ def test_agreement_figure_png(tmp_path: Path) -> None:
     blank = twice(tmp_path, "na", lambda p: agreement_figure(na, "agreement", p))
     assert png_size(blank) == (1200, 504)
     assert blank != data
+
+
+def errorbars_of(ax: Any) -> tuple[list[float], list[float], list[tuple[float, float]]]:
+    """x, y and the (low, high) end of each error bar of the single errorbar plot on ax."""
+    (container,) = ax.containers
+    data_line, _caps, (bars,) = container.lines
+    ends = [(float(seg[0][1]), float(seg[1][1])) for seg in bars.get_segments()]
+    return list(data_line.get_xdata()), list(data_line.get_ydata()), ends
+
+
+def test_agreement_figure_plots_rates_with_wilson_bars(tmp_path: Path) -> None:
+    table = ScoreTable(AGREE_TABLE, "rubric")
+    rows = agreement_rows(table, AGREE_VOTES, [0, 1, 2, 4], [0, 0.5, 1])
+    fig = agreement_figure(rows, "agreement", tmp_path / "a.png")
+    left, right = fig.axes
+    assert fig.get_suptitle() == "agreement"
+    # By |gap| at tau 0 (see test_agreement_rows_by_gap_and_tau): [0, 1) 1 of 2 (gaps .5, 0),
+    # [1, 2) 1 of 2 (-1.5, +1), [2, 4) 1 of 1 (+3); [4, inf) is empty and is not drawn.
+    xs, ys, ends = errorbars_of(left)
+    assert xs == [0, 1, 2]
+    assert ys == [0.5, 0.5, 1.0]
+    for (lo, hi), (k, n) in zip(ends, [(1, 2), (1, 2), (1, 1)], strict=True):
+        assert (lo, hi) == pytest.approx(wilson(k, n), abs=5e-4)  # rows carry 3 decimals
+    assert [t.get_text() for t in left.get_xticklabels()] == [
+        "[0, 1)\nn=2", "[1, 2)\nn=2", "[2, 4)\nn=1"
+    ]  # fmt: skip
+    assert left.get_xlabel() == "|judge score gap|"
+    # Overall by tau over the 5 usable votes: tau 0 -> 3 agree (q1, q3, q4); tau .5 -> 4 (q2's
+    # +.5 becomes a tie); tau 1 -> 4 (q5's +1 becomes a tie, but the human voted B).
+    xs, ys, ends = errorbars_of(right)
+    assert xs == [0, 1, 2]
+    assert ys == [0.6, 0.8, 0.8]
+    for (lo, hi), k in zip(ends, [3, 4, 4], strict=True):
+        assert (lo, hi) == pytest.approx(wilson(k, 5), abs=5e-4)
+    assert [t.get_text() for t in right.get_xticklabels()] == ["0\nn=5", "0.5\nn=5", "1\nn=5"]
+    assert right.get_xlabel() == "tie tolerance tau"
+    for ax in (left, right):
+        assert ax.get_ylabel() == "judge-human agreement (Wilson 95% CI)"
+        assert ax.get_ylim() == (0, 1.05)
+    # without votes both panels say why, with no axes drawn
+    na = agreement_rows(table, None, [0, 1], [0])
+    fig = agreement_figure(na, "agreement", tmp_path / "na.png")
+    for ax in fig.axes:
+        assert not ax.axison and not ax.containers
+        assert [t.get_text() for t in ax.texts] == [na[0]["view"]]
+        assert ax.texts[0].get_text().startswith("not applicable")
 
 
 # --- analysis config ----------------------------------------------------------------------------

@@ -146,8 +146,38 @@ def test_build_leaderboard(corpus_dir: Path, cells: list[tuple]) -> None:
     assert by["paper_rag"]["modality"] == "bm25" and by["paper_rag"]["native_avg"] == 4.5
 
 
-def test_columns_order() -> None:
-    assert columns(["1K", "2K"]) == [
+# Characters per budget label, by hand: what orders the budget blocks (not the label text).
+BUDGET_CHARS = {"500": 500, "1K": 1_000, "2K": 2_000, "5K": 5_000, "6K": 6_000, "10K": 10_000,
+                "30K": 30_000, "50K": 50_000}  # fmt: skip
+
+
+def documented_columns(budgets: list[str]) -> list[str]:
+    """The README's Table 4/5 shape for the configured budgets: "native Avg / L1 / L2 / L3 /
+    chars; per budget score, chars and label accuracy; invalid counts". The LLM-free label
+    accuracy sits beside the native score too (README's measured table: "native label
+    accuracy"), and the question count beside the invalid count."""
+    native = [n for n in budgets if n == "native"]
+    sized = sorted((b for b in budgets if b != "native"), key=BUDGET_CHARS.__getitem__)
+    cols = ["system", "modality"]
+    if native:
+        cols += [f"native_{part}" for part in ("avg", "L1", "L2", "L3", "chars", "label_acc")]
+    for b in sized:
+        cols += [f"{b}_{part}" for part in ("score", "chars", "label_acc")]
+    return [*cols, "n_questions", "n_invalid"]
+
+
+def test_documented_columns_for_the_default_budgets() -> None:
+    import yaml
+
+    config = yaml.safe_load((Path(__file__).parents[1] / "config/config.yaml").read_text())
+    configured = config["budgets"]
+    assert configured[0] == "native" and len(configured) >= 3
+    sized = [b for b in configured if b != "native"]
+    expected = documented_columns(configured)
+    got = columns(sized)
+    assert got == expected
+    # the shape, spelled out: the native block, then one block of three per budget, then counts
+    assert got[:7] == [
         "system",
         "modality",
         "native_avg",
@@ -155,16 +185,30 @@ def test_columns_order() -> None:
         "native_L2",
         "native_L3",
         "native_chars",
-        "native_label_acc",
-        "1K_score",
-        "1K_chars",
-        "1K_label_acc",
-        "2K_score",
-        "2K_chars",
-        "2K_label_acc",
-        "n_questions",
-        "n_invalid",
     ]
+    for b in sized:
+        block = [c for c in got if c.startswith(f"{b}_")]
+        assert block == [f"{b}_score", f"{b}_chars", f"{b}_label_acc"]
+    assert "n_invalid" in got
+    assert len(got) == 2 + 6 + 3 * len(sized) + 2
+
+
+def test_leaderboard_budget_blocks_follow_size_not_label_order(
+    corpus_dir: Path, cells: list[tuple], tmp_path: Path
+) -> None:
+    # The fixture's cells use budgets native, 10K, 500 and 2K (simple_rag) and 6K (direct_read).
+    rows = build_leaderboard(corpus_dir, cells)
+    configured = ["native", "10K", "500", "2K", "6K"]
+    csv_out, md_out = tmp_path / "lb.csv", tmp_path / "lb.md"
+    write_leaderboard(rows, "t", csv_out, md_out)
+    with open(csv_out, newline="") as fh:
+        header = next(csv.reader(fh))
+    assert header == documented_columns(configured)
+    # 500 < 2K < 6K < 10K by characters, although "10K" < "2K" < "500" < "6K" as strings
+    blocks = [c.removesuffix("_score") for c in header if c.endswith("_score")]
+    assert blocks == ["500", "2K", "6K", "10K"]
+    # a budget no cell used gets no columns
+    assert not any(c.startswith(("1K_", "5K_")) for c in header)
 
 
 def test_write_leaderboard(corpus_dir: Path, cells: list[tuple], tmp_path: Path) -> None:
@@ -174,7 +218,7 @@ def test_write_leaderboard(corpus_dir: Path, cells: list[tuple], tmp_path: Path)
 
     with open(csv_out, newline="") as fh:
         reader = csv.DictReader(fh)
-        assert reader.fieldnames == columns(["500", "2K", "6K", "10K"])
+        assert reader.fieldnames == documented_columns(["native", "500", "2K", "6K", "10K"])
         table = list(reader)
     assert [r["system"] for r in table] == ["simple_rag", "paper_rag", "base", "direct_read"]
     rag = table[0]
@@ -183,13 +227,55 @@ def test_write_leaderboard(corpus_dir: Path, cells: list[tuple], tmp_path: Path)
     assert rag["n_invalid"] == "2" and rag["n_questions"] == "4"
     assert table[3]["native_avg"] == "" and table[3]["6K_score"] == "3.5"
     assert "_budgets" not in csv_out.read_text()
+    # The whole simple_rag/hybrid row by hand from the fixture's judgments and cells:
+    #   native: valid composites q1 8, q2 6, q4 3 (q3 invalid: left out, not a 0) -> 17/3 = 5.67;
+    #     L1 = q1, q2 -> (8 + 6)/2 = 7.0; L2 = q3 only, invalid -> empty; L3 = q4 -> 3.0;
+    #     chars over all judged questions (1000 + 2000 + 3000 + 4000)/4 = 2500;
+    #     label_correct True, False, True, None -> 2 of the 3 known = 0.667.
+    #   500: q1-q3 2.0 each, q4 invalid -> 2.0; chars 480; labels T, T, T, F -> 0.75.
+    #   2K: 4.25, 1995 chars, all labels True -> 1.0.   6K: no simple_rag cell -> empty.
+    #   10K: 5.0, 9990 chars, 1.0.   questions 4; invalid 1 (native) + 1 (500) = 2.
+    assert rag == {
+        "system": "simple_rag",
+        "modality": "hybrid",
+        "native_avg": "5.67",
+        "native_L1": "7.0",
+        "native_L2": "",
+        "native_L3": "3.0",
+        "native_chars": "2500",
+        "native_label_acc": "0.667",
+        "500_score": "2.0",
+        "500_chars": "480",
+        "500_label_acc": "0.75",
+        "2K_score": "4.25",
+        "2K_chars": "1995",
+        "2K_label_acc": "1.0",
+        "6K_score": "",
+        "6K_chars": "",
+        "6K_label_acc": "",
+        "10K_score": "5.0",
+        "10K_chars": "9990",
+        "10K_label_acc": "1.0",
+        "n_questions": "4",
+        "n_invalid": "2",
+    }
+    # base: composites q1 2, q2 4 (L1 -> 3.0), q3 1 (L2), q4 1 (L3) -> 8/4 = 2.0; 0 chars;
+    # labels False, False (q3, q4 unknown) -> 0.0; nothing at any budget.
+    base = table[2]
+    assert [base[c] for c in documented_columns(["native"])] == [
+        "base", "none", "2.0", "3.0", "1.0", "1.0", "0", "0.0", "4", "0"
+    ]  # fmt: skip
+    assert all(base[c] == "" for c in base if c[0].isdigit())
 
     md = md_out.read_text()
     assert md.startswith("# tiny: synthesizer s, judge rubric\n\n")
     assert "over valid judgments" in md
     lines = md.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("| system |"))
-    assert lines[header] == "| " + " | ".join(columns(["500", "2K", "6K", "10K"])) + " |"
+    assert (
+        lines[header]
+        == "| " + " | ".join(documented_columns(["native", "500", "2K", "6K", "10K"])) + " |"
+    )
     assert lines[header + 2].startswith(
         "| simple_rag | hybrid | 5.67 | 7.0 | – | 3.0 | 2500 | 0.667 | 2.0 | 480 | 0.75 | "
         "4.25 | 1995 | 1.0 | – | – | – | 5.0 | 9990 | 1.0 | 4 | 2 |"
@@ -211,3 +297,94 @@ def test_budget_sweep_figure_png_is_deterministic(
     # 7 x 4.5 inches at 120 dpi
     assert int.from_bytes(data[16:20], "big") == 840
     assert int.from_bytes(data[20:24], "big") == 540
+
+
+@pytest.fixture
+def sweep_cells(tmp_path: Path) -> list[tuple]:
+    """simple_rag in three modalities at native, 1K, 2K and 5K, plus base and direct_read."""
+    root = tmp_path / "sweep"
+    root.mkdir()
+    spec = [
+        # hybrid at 5K: q3 invalid -> mean of 6.0, 6.5, 6.25 = 18.75 / 3 = 6.25
+        ("hybrid", "5K", [J("q1", 6.0), J("q2", 6.5), J("q3", None), J("q4", 6.25)], 4950),
+        ("hybrid", "native", uniform(5.5), 3100),
+        ("hybrid", "1K", uniform(3.0), 990),
+        ("hybrid", "2K", uniform(4.0), 2010),
+        ("dense", "native", uniform(5.0), 2900),
+        ("dense", "1K", uniform(2.5), 1005),
+        ("dense", "2K", uniform(3.75), 1980),
+        ("dense", "5K", uniform(5.75), 5020),
+        ("bm25", "1K", uniform(2.0), 970),
+        ("bm25", "native", uniform(4.0), 3050),
+        ("bm25", "2K", uniform(3.25), 2040),
+        ("bm25", "5K", uniform(4.5), 4990),
+    ]
+    out = []
+    for i, (modality, budget, judgments, chars) in enumerate(spec):
+        j, c = write_cell(root, f"{i}-{modality}-{budget}", judgments, flat(chars))
+        out.append(("simple_rag", modality, budget, j, c))
+    # base: composites 2, 3, 1, 2 -> 2.0, no context (0 chars: no point on a log axis)
+    base = [J("q1", 2.0), J("q2", 3.0), J("q3", 1.0), J("q4", 2.0)]
+    out.append(("base", "none", "native", *write_cell(root, "base", base, flat(0))))
+    out.append(("direct_read", "none", "6K", *write_cell(root, "dr", uniform(3.5), flat(6000))))
+    return out
+
+
+def test_budget_sweep_figure_plots_the_leaderboard(
+    corpus_dir: Path, sweep_cells: list[tuple], tmp_path: Path
+) -> None:
+    from matplotlib.figure import Figure
+
+    rows = build_leaderboard(corpus_dir, sweep_cells)
+    png = tmp_path / "sweep.png"
+    fig = budget_sweep_figure(rows, "tiny sweep", png)
+    assert isinstance(fig, Figure)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (ax,) = fig.axes
+    assert ax.get_xscale() == "log"
+    assert ax.get_xlabel() == "achieved context characters (log)"
+    assert ax.get_ylabel() == "composite score (0-10)"
+    assert ax.get_title() == "tiny sweep"
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    # One line per modality through (mean achieved chars, mean valid composite), in order of
+    # characters: native (about 3K here) falls between the 2K and 5K points.
+    expected = {
+        "simple_rag (hybrid)": ("-", [990, 2010, 3100, 4950], [3.0, 4.0, 5.5, 6.25]),
+        "simple_rag (dense)": ("--", [1005, 1980, 2900, 5020], [2.5, 3.75, 5.0, 5.75]),
+        "simple_rag (bm25)": (":", [970, 2040, 3050, 4990], [2.0, 3.25, 4.0, 4.5]),
+    }
+    for label, (style, xs, ys) in expected.items():
+        line = lines[label]
+        assert line.get_linestyle() == style, label  # solid hybrid, dashed dense, dotted BM25
+        assert list(line.get_xdata()) == xs, label
+        assert list(line.get_ydata()) == ys, label
+        assert line.get_marker() == "o"
+    # base has no context, so no point on the log axis: a grey reference line at its 2.0
+    ref = lines["base (no retrieval)"]
+    assert list(ref.get_ydata()) == [2.0, 2.0]
+    assert set(lines) == {*expected, "base (no retrieval)"}
+    # direct_read has one cell (6K): a single marker, not a line
+    (dots,) = ax.collections
+    assert dots.get_label() == "direct_read"
+    assert dots.get_offsets().tolist() == [[6000.0, 3.5]]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert sorted(legend) == sorted([*expected, "base (no retrieval)", "direct_read"])
+
+
+def test_budget_sweep_figure_single_points_and_reference(
+    corpus_dir: Path, cells: list[tuple], tmp_path: Path
+) -> None:
+    # The leaderboard fixture: simple_rag/hybrid at 500 (480 chars, 2.0), 2K (1995, 4.25),
+    # native (2500, 5.67) and 10K (9990, 5.0); paper_rag/bm25 only at native (9000, 4.5);
+    # direct_read at 6K (6000, 3.5); base at native (0 chars, 2.0).
+    fig = budget_sweep_figure(build_leaderboard(corpus_dir, cells), "t", tmp_path / "f.png")
+    (ax,) = fig.axes
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"simple_rag (hybrid)", "base (no retrieval)"}
+    rag = lines["simple_rag (hybrid)"]
+    assert rag.get_linestyle() == "-"
+    assert list(rag.get_xdata()) == [480, 1995, 2500, 9990]
+    assert list(rag.get_ydata()) == [2.0, 4.25, 5.67, 5.0]
+    assert list(lines["base (no retrieval)"].get_ydata()) == [2.0, 2.0]
+    points = {c.get_label(): c.get_offsets().tolist() for c in ax.collections}
+    assert points == {"paper_rag (bm25)": [[9000.0, 4.5]], "direct_read": [[6000.0, 3.5]]}

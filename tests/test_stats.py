@@ -38,24 +38,6 @@ A = [7.2, 5.0, 8.1, 6.4, 9.0, 4.3, 7.7, 8.0, 6.25, 5.5, 9.1, 7.0]
 B = [6.1, 5.0, 6.3, 6.4, 7.45, 5.2, 5.05, 7.3, 6.0, 3.15, 8.35, 6.6]
 
 
-def hand_bootstrap(a, b, resamples, seed, confidence=0.95):
-    """The documented scheme: chunks of max(1, 2_000_000 // n) rows of integers(0, n)."""
-    diffs = np.array(a, dtype=float) - np.array(b, dtype=float)
-    n = len(diffs)
-    rng = np.random.default_rng(seed)
-    chunk = max(1, 2_000_000 // n)
-    means = []
-    done = 0
-    while done < resamples:
-        rows = min(chunk, resamples - done)
-        idx = rng.integers(0, n, size=(rows, n))
-        means.extend(diffs[idx].mean(axis=1))
-        done += rows
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(np.array(means), [tail, 100 - tail])
-    return float(low), float(high)
-
-
 def test_bootstrap_delta_is_mean_difference():
     ci = paired_bootstrap(A, B, resamples=500, seed=1)
     expected = sum(x - y for x, y in zip(A, B, strict=True)) / len(A)
@@ -82,41 +64,159 @@ def test_bootstrap_ci_contains_delta():
         assert ci.low < ci.high
 
 
-def test_bootstrap_matches_hand_resampling_scheme_single_chunk():
-    for seed, confidence in [(0, 0.95), (3, 0.9), (11, 0.99)]:
-        ci = paired_bootstrap(A, B, resamples=3000, seed=seed, confidence=confidence)
-        low, high = hand_bootstrap(A, B, 3000, seed, confidence)
-        assert (ci.low, ci.high) == (low, high)
+# Paired fixtures on the judges' quarter-point grid with n = 16 (a power of two): every
+# difference, every partial sum and the mean are exact binary fractions, so the point estimate
+# can be compared with ==, and every resampled mean lies on the lattice k / 64.
+A16 = [7.5, 6.25, 8.0, 5.5, 9.0, 6.75, 7.0, 8.25, 4.5, 6.0, 7.75, 8.5, 5.25, 6.5, 9.25, 7.25]
+# a - b for a clear gain: running sum 1.25, 1.75, 3.75, 3.5, 5, 5.75, 6.75, 6.75, 8.5, 9, 10.25,
+# 12.5, 12, 13, 13.75, 15.25 -> delta = 15.25 / 16 = 0.953125; 14 of 16 differences >= 0.
+D_CLEAR = [1.25, 0.5, 2.0, -0.25, 1.5, 0.75, 1.0, 0.0, 1.75, 0.5, 1.25, 2.25, -0.5, 1.0, 0.75, 1.5]
+# a - b with no real effect: running sum 1.5, .5, 1.25, .75, 2.75, 1, 1.25, 1, 2, .5, 1, 1, .25,
+# 1.5, -.5, 1 -> delta = 1 / 16 = 0.0625, against a spread of about +-1.2 per question.
+D_NULL = [
+    1.5,
+    -1.0,
+    0.75,
+    -0.5,
+    2.0,
+    -1.75,
+    0.25,
+    -0.25,
+    1.0,
+    -1.5,
+    0.5,
+    0.0,
+    -0.75,
+    1.25,
+    -2.0,
+    1.5,
+]
+LATTICE = 1 / 64  # resampled means of n = 16 quarter-point differences are multiples of 1/64
 
 
-def test_bootstrap_matches_hand_resampling_scheme_several_chunks():
-    # n = 1000 gives chunks of 2000 rows, so 4500 resamples take three draws (2000, 2000, 500).
-    rng = np.random.default_rng(123)
-    a = rng.integers(0, 11, size=1000).astype(float)
-    b = rng.integers(0, 11, size=1000).astype(float)
-    assert 2_000_000 // len(a) == 2000
-    ci = paired_bootstrap(a, b, resamples=4500, seed=5)
-    low, high = hand_bootstrap(a, b, 4500, 5)
-    assert (ci.low, ci.high) == (low, high)
+def minus(a, d):
+    """b = a - d, exact on the quarter-point grid."""
+    return [x - y for x, y in zip(a, d, strict=True)]
 
 
-def test_bootstrap_close_to_scipy_percentile_bootstrap():
-    rng = np.random.default_rng(42)
-    a = rng.normal(5.0, 1.5, size=40)
-    b = a - 0.4 + rng.normal(0.0, 1.0, size=40)
-    ours = paired_bootstrap(a, b, resamples=20_000, seed=0)
+def monte_carlo_tolerance(d, resamples, confidence, step):
+    """How far one CI endpoint may sit from an independent estimate of the same endpoint.
+
+    A p-quantile estimated from B resamples has standard error sqrt(p (1 - p) / B) / f(q_p),
+    f being the density of the bootstrap distribution of the mean at that quantile. By the CLT
+    that distribution is close to normal with sd s = sd(d) / sqrt(n) (population sd: resampling
+    draws from the empirical distribution of the n differences), so f(q_p) = phi(z_p) / s. Two
+    independent estimates (ours and scipy's, with another generator) differ by sqrt(2) SE
+    standard deviations: 4 of those is a ~1-in-16,000 false alarm. On top of that, either
+    estimate may land on the lattice point next to the other's, hence one lattice `step`.
+    """
+    p = (1 - confidence) / 2
+    s = float(np.std(d)) / math.sqrt(len(d))
+    se = math.sqrt(p * (1 - p) / resamples) * s / float(norm.pdf(norm.ppf(p)))
+    return 4 * math.sqrt(2) * se + step
+
+
+def scipy_paired_percentile_ci(a, b, resamples, confidence, seed):
     ref = bootstrap(
-        (a, b),
+        (np.asarray(a), np.asarray(b)),
         lambda x, y, axis: np.mean(x - y, axis=axis),
         paired=True,
         vectorized=True,
         method="percentile",
-        n_resamples=20_000,
-        confidence_level=0.95,
-        rng=np.random.default_rng(1),
+        n_resamples=resamples,
+        confidence_level=confidence,
+        batch=10_000,
+        rng=np.random.default_rng(seed),
     )
-    assert ours.low == pytest.approx(ref.confidence_interval.low, abs=0.03)
-    assert ours.high == pytest.approx(ref.confidence_interval.high, abs=0.03)
+    return float(ref.confidence_interval.low), float(ref.confidence_interval.high)
+
+
+@pytest.mark.parametrize(
+    ("d", "delta", "confidence", "excludes"),
+    [
+        (D_CLEAR, 0.953125, 0.95, True),
+        (D_CLEAR, 0.953125, 0.90, True),
+        (D_NULL, 0.0625, 0.95, False),
+        (D_NULL, 0.0625, 0.90, False),
+    ],
+    ids=["clear-95", "clear-90", "null-95", "null-90"],
+)
+def test_bootstrap_matches_scipy_within_monte_carlo_error(d, delta, confidence, excludes):
+    resamples = 100_000
+    a, b = A16, minus(A16, d)
+    ours = paired_bootstrap(a, b, resamples=resamples, seed=0, confidence=confidence)
+    assert ours.delta == delta  # hand-computed above; exact on this grid
+    assert (ours.n, ours.resamples, ours.confidence) == (16, resamples, confidence)
+    low, high = scipy_paired_percentile_ci(a, b, resamples, confidence, seed=12345)
+    tol = monte_carlo_tolerance(d, resamples, confidence, LATTICE)
+    # tol is 0.023-0.030 here, while moving from a 95% to a 90% interval shifts each endpoint
+    # by 0.06-0.09 and resampling a and b unpaired roughly triples the width: both would fail.
+    assert tol < 0.031
+    assert ours.low == pytest.approx(low, abs=tol)
+    assert ours.high == pytest.approx(high, abs=tol)
+    assert ours.excludes_zero is excludes
+    if excludes:  # clearly: the oracle's lower end is more than 0.5 points above zero
+        assert low > 0.5 and ours.low > 0.5
+    else:  # clearly: zero sits inside, with about half a point to spare on both sides
+        assert low < -0.4 < 0.4 < high
+        assert ours.low < -0.4 < 0.4 < ours.high
+
+
+def exact_bootstrap_quantiles(d, confidence):
+    """Quantiles of the exact bootstrap distribution of mean(d*), d* = n draws with replacement
+    from d. On the quarter-point grid the resampled sum in quarters is the n-fold convolution of
+    the empirical pmf, computed exactly (no random numbers at all). Returns (low, high, pmf over
+    the lattice, lattice values)."""
+    k = np.round(np.asarray(d) * 4).astype(int)
+    assert np.array_equal(k / 4, np.asarray(d))  # really on the grid
+    pmf = np.bincount(k - k.min()) / len(k)
+    dist = np.array([1.0])
+    for _ in range(len(k)):
+        dist = np.convolve(dist, pmf)
+    values = (np.arange(len(dist)) + k.min() * len(k)) / (4 * len(k))
+    cdf = np.cumsum(dist)
+    p = (1 - confidence) / 2
+    i_low, i_high = int(np.searchsorted(cdf, p)), int(np.searchsorted(cdf, 1 - p))
+    return values[i_low], values[i_high], dist, values
+
+
+@pytest.mark.parametrize("d", [D_CLEAR, D_NULL], ids=["clear", "null"])
+@pytest.mark.parametrize("confidence", [0.95, 0.90])
+def test_bootstrap_endpoints_match_exact_bootstrap_distribution(d, confidence):
+    resamples = 100_000
+    ours = paired_bootstrap(A16, minus(A16, d), resamples=resamples, seed=0, confidence=confidence)
+    low, high, dist, values = exact_bootstrap_quantiles(d, confidence)
+    # The empirical CDF of B resamples is within 4 sqrt(p (1 - p) / B) (= 0.002 at p = 2.5%)
+    # of the exact one at any fixed point. Each lattice point next to an exact quantile carries
+    # more mass than that (checked here), so the estimated endpoint can at worst slide onto a
+    # neighbouring lattice point: tolerance one lattice step, 1/64.
+    p = (1 - confidence) / 2
+    band = 4 * math.sqrt(p * (1 - p) / resamples)
+    for q in (low, high):
+        i = int(np.searchsorted(values, q))
+        assert values[i] == q
+        assert dist[i - 1] > band and dist[i + 1] > band
+    assert ours.low == pytest.approx(low, abs=LATTICE)
+    assert ours.high == pytest.approx(high, abs=LATTICE)
+    # the exact distribution's own mean is the point estimate
+    assert float(np.dot(dist, values)) == pytest.approx(ours.delta, abs=1e-12)
+
+
+def test_bootstrap_matches_scipy_over_several_chunks():
+    # n = 512 questions: the production code draws its resamples in blocks of
+    # 2_000_000 // 512 = 3906 rows, so 40,000 resamples take 11 blocks; every block must
+    # contribute properly drawn resamples for the percentiles to match the oracle.
+    rng = np.random.default_rng(2024)
+    a = (rng.integers(0, 41, size=512) / 4).tolist()  # scores 0..10 in quarter points
+    d = (rng.integers(-6, 9, size=512) / 4).tolist()  # a - b, mostly positive
+    resamples = 40_000
+    ours = paired_bootstrap(a, minus(a, d), resamples=resamples, seed=0)
+    # exact: quarter-point sums are exact in floats and 512 is a power of two
+    assert ours.delta == math.fsum(d) / 512
+    low, high = scipy_paired_percentile_ci(a, minus(a, d), resamples, 0.95, seed=99)
+    tol = monte_carlo_tolerance(d, resamples, 0.95, 1 / (4 * 512))
+    assert ours.low == pytest.approx(low, abs=tol)
+    assert ours.high == pytest.approx(high, abs=tol)
 
 
 def test_bootstrap_single_question_degenerates_to_point():

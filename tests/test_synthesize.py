@@ -72,6 +72,99 @@ def test_prompt_that_cannot_fit_raises() -> None:
         fitter.fit(TEMPLATE, "Did it work?", "some context")
 
 
+# ------------------------------------------------- ContextFitter, real SmolLM2 tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+# Non-ASCII scientific notation ahead of the cut: offsets must be characters, not bytes, or
+# the kept text would run past the tokens counted.
+NOTATION = (
+    "Systolic pressure fell by 5.2 ± 1.1 mmHg (95% CI 3.1–7.3; p ≤ 0.001) in adults ≥ 18 "
+    "years; urinary sodium 120 μmol × day⁻¹ (Δ −38%). "
+)
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> dict:
+    """The packaged SmolLM2-135M prepared as the workflow prepares it (about a minute the first
+    time, reused from cache/models afterwards), with the default config's window settings."""
+    import yaml
+
+    from srb.llm.models import ensure_model
+
+    llm = yaml.safe_load((REPO / "config/config.yaml").read_text())["llm"]
+    spec = llm["models"]["smollm2-135m"]
+    ensure_model("smollm2-135m", spec, REPO / "cache/models")
+    model_dir = REPO / "cache/models/smollm2-135m"
+    return {
+        "dir": model_dir,
+        "max_model_len": spec["max_model_len"],
+        "max_answer_tokens": llm["max_answer_tokens"],
+        "template": (PROMPTS / "synthesize.md").read_text(encoding="utf-8"),
+    }
+
+
+def test_context_fitter_with_the_real_smollm2_tokenizer(smollm2: dict) -> None:
+    import jinja2
+    from tokenizers import Tokenizer
+
+    model_dir, template = smollm2["dir"], smollm2["template"]
+    window, answer = smollm2["max_model_len"], smollm2["max_answer_tokens"]
+    assert (window, answer) == (
+        2048,
+        128,
+    )  # config/config.yaml: smollm2-135m, llm.max_answer_tokens
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+
+    def ids(text: str) -> list[int]:
+        return tok.encode(text, add_special_tokens=False).ids
+
+    papers = REPO / "resources/corpora/evidence-inference-ccby/papers.jsonl"
+    paper = next(json.loads(line) for line in papers.open() if '"PMC1382202"' in line)
+    question = "Did reducing salt intake change systolic blood pressure after 6 months?"
+    context = NOTATION * 12 + paper["text"]
+    assert tok.decode(ids(context)) == context  # byte-level BPE: decoding gives the text back
+    # The fitter's room for the context: the window less the answer, its 32-token allowance for
+    # the chat wrapper, and the prompt without context, all counted here with `tokenizers`.
+    skeleton = template.format(question=question, context="")
+    room = window - answer - 32 - len(ids(skeleton))
+    assert 1000 < room < len(ids(context))  # the paper alone would overflow the window
+
+    fitter = ContextFitter(str(model_dir), window, answer)
+    assert fitter.has_tokenizer
+
+    # a long context is cut to exactly its first `room` tokens
+    used, truncated = fitter.fit(template, question, context)
+    assert truncated is True
+    assert context.startswith(used)  # one cut, at len(used) characters
+    first = ids(context)[:room]
+    assert used == tok.decode(first)  # the cut lands after the room-th token of the context
+    assert ids(used) == first
+    assert used.startswith(NOTATION * 12) and len(used) > len(NOTATION) * 12
+
+    # ... and the prompt the server sees fits: the model's own chat template around the filled
+    # prompt template, plus the answer tokens, stays within the window
+    chat = jinja2.Template((model_dir / "chat_template.jinja").read_text()).render(
+        messages=[{"role": "user", "content": template.format(question=question, context=used)}],
+        add_generation_prompt=True,
+    )
+    assert chat.startswith("<|im_start|>system\n") and chat.endswith("<|im_start|>assistant\n")
+    assert len(ids(chat)) + answer <= window
+
+    # exactly `room` tokens: kept whole (its UTF-8 bytes exceed the room, so they are counted)
+    end = tok.encode(context, add_special_tokens=False).offsets[room - 1][1]
+    exact = context[:end]
+    assert len(ids(exact)) == room
+    assert len((skeleton + exact).encode("utf-8")) > window - answer - 32
+    assert fitter.fit(template, question, exact) == (exact, False)
+    # one token more is cut back to the same `room` tokens
+    longer = context[: tok.encode(context, add_special_tokens=False).offsets[room][1]]
+    assert len(ids(longer)) == room + 1
+    assert fitter.fit(template, question, longer) == (exact, True)
+    # a short context is kept whole, fitted again unchanged
+    assert fitter.fit(template, question, NOTATION) == (NOTATION, False)
+    assert fitter.fit(template, question, used) == (used, False)
+
+
 # ---------------------------------------------------------------------- corpus
 
 
