@@ -17,6 +17,11 @@ SYSTEMS = config["systems"]
 MODALITIES = config["modalities"]
 BUDGETS = [str(b) for b in config["budgets"]]
 HYBRID_CHANNELS = config["retrieval"]["hybrid_channels"]
+# what the rank job writes: every modality, plus the channels a hybrid fuses
+RANKED_MODALITIES = [
+    *MODALITIES,
+    *(c for c in HYBRID_CHANNELS if "hybrid" in MODALITIES and c not in MODALITIES),
+]
 LLM = config.get("llm")
 if LLM:
     from srb.llm.models import check_sources_present
@@ -53,12 +58,6 @@ def corpus_source(wildcards):
     if Path(path).is_dir():
         return sorted(str(f) for f in Path(path).rglob("*") if f.is_file())
     return [path]
-
-
-def native_cell(wildcards):
-    if wildcards.budget == "native" or config["budget_mode"] != "calibrated":
-        return []
-    return f"results/{wildcards.corpus}/retrieval/{wildcards.system}/{wildcards.modality}/native.jsonl"
 
 
 def retrieval_cells(corpus):

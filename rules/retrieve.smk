@@ -1,82 +1,53 @@
-rule rank_bm25:
+rule rank:
+    """Every modality's ranking of one system in one job: one JVM and one encoder load."""
     input:
         questions="results/{corpus}/corpus/questions.jsonl",
-        index="results/{corpus}/index/{system}/bm25",
+        bm25=lambda wc: channel_index(wc, "bm25"),
+        dense=lambda wc: channel_index(wc, "dense"),
         doctor=ancient("results/{corpus}/doctor/{system}.json"),
     output:
-        ranking="results/{corpus}/rankings/{system}/bm25.jsonl",
+        rankings=expand(
+            "results/{{corpus}}/rankings/{{system}}/{modality}.jsonl",
+            modality=RANKED_MODALITIES,
+        ),
     log:
-        "results/logs/rank/{corpus}/{system}/bm25.log",
+        "results/logs/rank/{corpus}/{system}.log",
+    benchmark:
+        "results/benchmarks/rank/{corpus}/{system}.tsv"
     conda:
         "../envs/srb.yaml"
-    threads: config["bm25"]["threads"]
-    resources:
-        mem_mb=4000,
-        runtime=60,
-    params:
-        depth=config["retrieval"]["depth"],
-        k1=config["bm25"]["k1"],
-        b=config["bm25"]["b"],
-    script:
-        "../workflow/scripts/rank_bm25.py"
-
-
-rule rank_dense:
-    input:
-        questions="results/{corpus}/corpus/questions.jsonl",
-        index="results/{corpus}/index/{system}/dense",
-        doctor=ancient("results/{corpus}/doctor/{system}.json"),
-    output:
-        ranking="results/{corpus}/rankings/{system}/dense.jsonl",
-    log:
-        "results/logs/rank/{corpus}/{system}/dense.log",
-    conda:
-        "../envs/srb.yaml"
-    threads: config["dense"]["threads"]
+    threads: max(config["bm25"]["threads"], config["dense"]["threads"])
     resources:
         mem_mb=4000,
         runtime=60,
         gpu=1 if config["dense"]["gpu"] else 0,
     params:
+        modalities=RANKED_MODALITIES,
         depth=config["retrieval"]["depth"],
+        bm25={"k1": config["bm25"]["k1"], "b": config["bm25"]["b"]},
         dense=config["dense"],
-    script:
-        "../workflow/scripts/rank_dense.py"
-
-
-rule rank_hybrid:
-    input:
-        channels=expand(
-            "results/{{corpus}}/rankings/{{system}}/{channel}.jsonl",
-            channel=HYBRID_CHANNELS,
-        ),
-        doctor=ancient("results/{corpus}/doctor/{system}.json"),
-    output:
-        ranking="results/{corpus}/rankings/{system}/hybrid.jsonl",
-    log:
-        "results/logs/rank/{corpus}/{system}/hybrid.log",
-    conda:
-        "../envs/srb.yaml"
-    resources:
-        mem_mb=2000,
-        runtime=10,
-    params:
-        depth=config["retrieval"]["depth"],
         rrf_k=config["retrieval"]["rrf_k"],
+        hybrid_channels=HYBRID_CHANNELS,
     script:
-        "../workflow/scripts/rank_hybrid.py"
+        "../workflow/scripts/rank.py"
 
 
 rule restore_context:
+    """Every budget's cell of one system/modality, each with its budget verdict."""
     input:
         ranking="results/{corpus}/rankings/{system}/{modality}.jsonl",
         units="results/{corpus}/units/{system}.jsonl",
-        native=native_cell,
     output:
-        cell="results/{corpus}/retrieval/{system}/{modality}/{budget}.jsonl",
-        verdict="results/{corpus}/retrieval/{system}/{modality}/{budget}.budget.json",
+        cells=expand(
+            "results/{{corpus}}/retrieval/{{system}}/{{modality}}/{budget}.jsonl",
+            budget=BUDGETS,
+        ),
+        verdicts=expand(
+            "results/{{corpus}}/retrieval/{{system}}/{{modality}}/{budget}.budget.json",
+            budget=BUDGETS,
+        ),
     log:
-        "results/logs/restore/{corpus}/{system}/{modality}/{budget}.log",
+        "results/logs/restore/{corpus}/{system}/{modality}.log",
     wildcard_constraints:
         system="|".join(SYSTEMS),
         modality="|".join(MODALITIES),
@@ -86,6 +57,7 @@ rule restore_context:
         mem_mb=2000,
         runtime=10,
     params:
+        budgets=BUDGETS,
         mode=config["budget_mode"],
         tolerance=config["budget_tolerance"],
         gate=config["budget_gate"],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,102 +37,100 @@ def read_ranking(path: str | Path) -> dict[str, list[Hit]]:
     return {r["question_id"]: [(d, s) for d, s in r["hits"]] for _, r in iter_jsonl(Path(path))}
 
 
-def rank_bm25(
+def rank_system(
     corpus_dir: str | Path,
-    index_dir: str | Path,
-    out: str | Path,
+    outputs: Mapping[str, str | Path],
     depth: int,
-    k1: float,
-    b: float,
+    bm25_index: str | Path | None = None,
+    bm25_params: Mapping[str, float] | None = None,
+    dense_index: str | Path | None = None,
+    dense_cfg: Mapping[str, Any] | None = None,
+    hybrid_channels: Sequence[str] = ("bm25", "dense"),
+    rrf_k: int = 60,
     threads: int = 1,
 ) -> None:
-    from srb.index.lucene import BM25Searcher
-
+    """Every requested ranking of one system in one process: `outputs` maps a modality (bm25,
+    dense, hybrid) to its file. One JVM start and one encoder load serve all of them; hybrid is
+    RRF over the enabled channels' rankings at the same depth."""
     qids, texts = _questions(corpus_dir)
-    searcher = BM25Searcher(index_dir, k1, b)
-    hits = searcher.search(texts, qids, depth, threads)
-    _write_ranking(out, qids, {q: sort_hits(h) for q, h in hits.items()})
+    channels = set(outputs) - {"hybrid"}
+    if "hybrid" in outputs:
+        channels |= set(hybrid_channels)
+    runs: dict[str, dict[str, list[Hit]]] = {}
+    if "bm25" in channels:
+        from srb.index.lucene import BM25Searcher
+
+        if bm25_index is None or bm25_params is None:
+            raise ValueError("a bm25 ranking needs the Lucene index and its k1/b")
+        searcher = BM25Searcher(bm25_index, bm25_params["k1"], bm25_params["b"])
+        found = searcher.search(texts, qids, depth, threads)
+        runs["bm25"] = {q: sort_hits(found[q]) for q in qids}
+    if "dense" in channels:
+        from srb.index.dense import open_dense_searcher
+
+        if dense_index is None or dense_cfg is None:
+            raise ValueError("a dense ranking needs the FAISS index and the dense config")
+        searcher = open_dense_searcher(dense_index, dense_cfg, threads)
+        found = searcher.search(texts, qids, depth, dense_cfg.get("batch_size", 32))
+        runs["dense"] = {q: sort_hits(found[q]) for q in qids}
+    if "hybrid" in outputs:
+        fused = [runs[c] for c in hybrid_channels]
+        if not fused:
+            raise ValueError("hybrid ranking needs at least one channel")
+        runs["hybrid"] = {q: rrf([run[q] for run in fused], k=rrf_k, depth=depth) for q in qids}
+    for modality, path in outputs.items():
+        _write_ranking(path, qids, runs[modality])
+        log.info("%s ranking: %d questions at depth %d -> %s", modality, len(qids), depth, path)
 
 
-def rank_dense(
-    corpus_dir: str | Path,
-    index_dir: str | Path,
-    out: str | Path,
-    depth: int,
-    dense_cfg: dict[str, Any],
-    threads: int = 1,
-) -> None:
-    from srb.index.dense import open_dense_searcher
-
-    qids, texts = _questions(corpus_dir)
-    searcher = open_dense_searcher(index_dir, dense_cfg, threads)
-    hits = searcher.search(texts, qids, depth, dense_cfg.get("batch_size", 32))
-    _write_ranking(out, qids, {q: sort_hits(h) for q, h in hits.items()})
-
-
-def rank_hybrid(
-    channel_files: Sequence[str | Path], out: str | Path, depth: int, k: int = 60
-) -> None:
-    """RRF over the enabled channels' rankings (retrieval.hybrid_channels; the doctor fails a
-    hybrid that fuses fewer than both)."""
-    runs = [read_ranking(f) for f in channel_files]
-    if not runs:
-        raise ValueError("hybrid ranking needs at least one channel")
-    for f, run in zip(channel_files[1:], runs[1:], strict=True):
-        if run.keys() != runs[0].keys():
-            raise ValueError(f"{channel_files[0]} and {f} rank different question sets")
-    fused = {q: rrf([run[q] for run in runs], k=k, depth=depth) for q in runs[0]}
-    _write_ranking(out, list(runs[0]), fused)
-
-
-def restore_cell(
+def restore_cells(
     ranking_file: str | Path,
     units_file: str | Path,
     system: str,
-    budget: str,
+    budgets: Sequence[str],
     mode: str,
-    out: str | Path,
-    native_file: str | Path | None = None,
+    cell_outs: Sequence[str | Path],
+    verdict_outs: Sequence[str | Path],
     tolerance: float = 0.25,
-    verdict_out: str | Path | None = None,
     gate: str = "fail",
     where: str = "",
-) -> BudgetVerdict | None:
-    """Write one retrieval cell: per question, the restored units, scores, spans and context.
+) -> dict[str, BudgetVerdict | None]:
+    """Write every budget's cell of one system/modality, each with its budget verdict.
 
-    A budgeted cell is checked against its budget (srb.budget_check); its verdict goes to
-    `verdict_out`, and with `gate: fail` a failing verdict stops the job naming `where`
-    (corpus/system/modality/budget) and the numbers.
+    The native restoration (the system's own top_k) is computed once and is what calibrated
+    budgets derive their top_k from. Each budgeted cell is checked against its budget
+    (srb.budget_check); with `gate: fail` off-budget cells stop the job after every cell and
+    verdict is written, naming `where` (corpus/system/modality), each budget and the numbers.
     """
     ranking = read_ranking(ranking_file)
     units = read_units(units_file)
-    requested = parse_budget(budget)
     spec = get_system(system)
-    verdict = None
-    if requested is None:
-        cells = [restore_top_k(q, h, units, spec.native_top_k, None) for q, h in ranking.items()]
-    else:
-        if mode == "calibrated" and native_file is None:
-            raise ValueError("calibrated budgets need the native cell of the same system/modality")
-        native = [r for _, r in iter_jsonl(Path(native_file))] if mode == "calibrated" else []
-        cells, calibration = restore_budget(ranking, units, requested, mode, tolerance, native)
-        lengths = [len(ranking[c.question_id]) for c in cells]
-        verdict = cell_verdict(cells, lengths, requested, tolerance, calibration)
-    short = [c for c in cells if c.top_k and len(c.hits) < c.top_k and not c.truncated]
-    if short:
-        log.warning(
-            "%d questions got fewer units than top_k (ranking depth or corpus size)", len(short)
+    native = [restore_top_k(q, h, units, spec.native_top_k, None) for q, h in ranking.items()]
+    native_records = [c.to_record(units) for c in native]
+    verdicts: dict[str, BudgetVerdict | None] = {}
+    for budget, cell_out, verdict_out in zip(budgets, cell_outs, verdict_outs, strict=True):
+        requested = parse_budget(budget)
+        if requested is None:
+            write_jsonl(cell_out, native_records)
+            write_json(verdict_out, {"requested": None, "status": "native",
+                                     "top_k": spec.native_top_k})  # fmt: skip
+            verdicts[budget] = None
+            continue
+        cells, calibration = restore_budget(
+            ranking, units, requested, mode, tolerance, native_records
         )
-    write_jsonl(out, (c.to_record(units) for c in cells))
-    if verdict is None and verdict_out is not None:
-        write_json(verdict_out, {"requested": None, "status": "native", "top_k": spec.native_top_k})
-    if verdict is not None:
+        verdict = cell_verdict(
+            cells, [len(ranking[c.question_id]) for c in cells], requested, tolerance, calibration
+        )
+        write_jsonl(cell_out, (c.to_record(units) for c in cells))
+        write_json(verdict_out, verdict.to_dict())
         log.info("budget %s: %s (%s)", budget, verdict.status, verdict.reason)
-        if verdict_out is not None:
-            write_json(verdict_out, verdict.to_dict())
-        if verdict.failed and gate == "fail":
-            raise BudgetError(
-                f"budget gate: {where or system + '/' + budget}: {verdict.status}: "
-                f"{verdict.reason} (budget_gate: warn records it instead of failing)"
-            )
-    return verdict
+        verdicts[budget] = verdict
+    failed = [(b, v) for b, v in verdicts.items() if v is not None and v.failed]
+    if failed and gate == "fail":
+        lines = "\n".join(f"  budget {b}: {v.status}: {v.reason}" for b, v in failed)
+        raise BudgetError(
+            f"budget gate: {where or system}: {len(failed)} cell(s) off budget\n{lines}\n"
+            "  (budget_gate: warn records them in the diagnostics instead of failing)"
+        )
+    return verdicts

@@ -12,7 +12,7 @@ import pytest
 
 from srb.budget_check import BudgetError, budget_verdict, knob_inert, whole_units_can_reach
 from srb.diagnostics import retrieval_table
-from srb.rank import restore_cell
+from srb.rank import restore_cells
 
 # ------------------------------------------------------------------------ verdicts
 
@@ -125,30 +125,45 @@ def cell_inputs(tmp_path: Path) -> dict[str, Path]:
     }
 
 
-def test_restore_cell_calibrated_native_to_top_k_to_cap(cell_inputs: dict[str, Path]) -> None:
+def _cells(d: Path, budgets: list[str]) -> tuple[list[Path], list[Path]]:
+    return [d / f"{b}.jsonl" for b in budgets], [d / f"{b}.budget.json" for b in budgets]
+
+
+def _read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_restore_cells_calibrated_native_to_top_k_to_cap(cell_inputs: dict[str, Path]) -> None:
     d = cell_inputs["dir"]
-    restore_cell(cell_inputs["ranking"], cell_inputs["units"], "paper_rag", "native", "calibrated",
-                 d / "native.jsonl", verdict_out=d / "native.budget.json")  # fmt: skip
-    native = [json.loads(line) for line in (d / "native.jsonl").read_text().splitlines()]
+    budgets = ["native", "1K"]
+    verdicts = restore_cells(cell_inputs["ranking"], cell_inputs["units"], "paper_rag", budgets,
+                             "calibrated", *_cells(d, budgets))  # fmt: skip
+    native = _read(d / "native.jsonl")
     assert [r["achieved_chars"] for r in native] == [300, 500]  # top-1 each
     assert json.loads((d / "native.budget.json").read_text())["status"] == "native"
     # mean unit (300 + 500) / 2 = 400 -> 1K: top_k = floor(2.5 + 0.5) = 3, cap 1250:
     # q1 3 x 300 = 900; q2 3 x 500 = 1500 cut to 1250 (truncated, last unit 250 chars)
-    verdict = restore_cell(cell_inputs["ranking"], cell_inputs["units"], "paper_rag", "1K",
-                           "calibrated", d / "1K.jsonl", d / "native.jsonl", 0.25,
-                           verdict_out=d / "1K.budget.json")  # fmt: skip
-    cell = [json.loads(line) for line in (d / "1K.jsonl").read_text().splitlines()]
+    cell = _read(d / "1K.jsonl")
     assert [r["top_k"] for r in cell] == [3, 3]
     assert [r["achieved_chars"] for r in cell] == [900, 1250]
     assert [r["truncated"] for r in cell] == [False, True]
     assert cell[1]["spans"] == [["B", 0, 500], ["B", 500, 1000], ["B", 1000, 1250]]
     assert len(cell[1]["context"]) == 1250 + 2 * len("\n\n")
+    verdict = verdicts["1K"]
     assert verdict is not None and verdict.status == "ok" and verdict.achieved_mean == 1075
     saved = json.loads((d / "1K.budget.json").read_text())
     assert saved["status"] == "ok" and saved["top_k"] == 3 and saved["mean_unit_chars"] == 400
 
 
-def test_restore_cell_gate_fails_naming_the_cell(tmp_path: Path) -> None:
+def test_calibration_does_not_need_a_native_cell_on_disk(cell_inputs: dict[str, Path]) -> None:
+    d = cell_inputs["dir"]
+    restore_cells(cell_inputs["ranking"], cell_inputs["units"], "paper_rag", ["1K"],
+                  "calibrated", *_cells(d, ["1K"]))  # fmt: skip
+    assert [r["achieved_chars"] for r in _read(d / "1K.jsonl")] == [900, 1250]
+    assert not (d / "native.jsonl").exists()
+
+
+def test_restore_gate_fails_naming_the_cell(tmp_path: Path) -> None:
     # each question ranks one 1000-char unit first, then 100-char units: native top-1 measures
     # 1000-char units, so 2K gets top_k = floor(2 + 0.5) = 2 -> 1000 + 100 = 1100 per question,
     # ratio 0.55, although 2 units of the measured size (2000) would have been on budget
@@ -160,20 +175,21 @@ def test_restore_cell_gate_fails_naming_the_cell(tmp_path: Path) -> None:
                for i in range(5)]} for q in ("q1", "q2")]  # fmt: skip
     _write(tmp_path / "units.jsonl", units)
     _write(tmp_path / "ranking.jsonl", ranking)
-    common = (tmp_path / "ranking.jsonl", tmp_path / "units.jsonl", "paper_rag")
-    restore_cell(*common, "native", "calibrated", tmp_path / "native.jsonl")
-    args = (*common, "2K", "calibrated", tmp_path / "2K.jsonl", tmp_path / "native.jsonl", 0.25)
+    budgets = ["native", "2K"]
+    args = (tmp_path / "ranking.jsonl", tmp_path / "units.jsonl", "paper_rag", budgets,
+            "calibrated", *_cells(tmp_path, budgets), 0.25)  # fmt: skip
     with pytest.raises(BudgetError) as err:
-        restore_cell(*args, verdict_out=tmp_path / "v.json", where="corpus c, system paper_rag, "
-                     "modality bm25, budget 2K")  # fmt: skip
+        restore_cells(*args, where="corpus c, system paper_rag, modality bm25")
     msg = str(err.value)
-    assert "corpus c, system paper_rag, modality bm25, budget 2K: under_budget" in msg
-    assert "requested 2000, achieved mean 1100 (ratio 0.55)" in msg
+    assert "corpus c, system paper_rag, modality bm25: 1 cell(s) off budget" in msg
+    assert "budget 2K: under_budget: requested 2000, achieved mean 1100 (ratio 0.55)" in msg
     assert "top_k 2 from ~1000-char units" in msg
-    assert json.loads((tmp_path / "v.json").read_text())["status"] == "under_budget"
-    # gate warn: the same cell is written and only marked
-    verdict = restore_cell(*args, verdict_out=tmp_path / "v.json", gate="warn")
-    assert verdict is not None and verdict.status == "under_budget"
+    # every cell and verdict was written before the gate stopped the job
+    assert json.loads((tmp_path / "2K.budget.json").read_text())["status"] == "under_budget"
+    assert len(_read(tmp_path / "native.jsonl")) == 2
+    # gate warn: the same cells are written and only marked
+    verdicts = restore_cells(*args, gate="warn")
+    assert verdicts["2K"] is not None and verdicts["2K"].status == "under_budget"
     assert (tmp_path / "2K.jsonl").is_file()
 
 
