@@ -213,7 +213,10 @@ def test_retrieval_table_writes_csv_and_markdown(tiny, tmp_path: Path) -> None:
     assert lines[i + 1] == "|" + "---|" * (len(COLUMNS) - 1)
     row2 = "| simple_rag | bm25 | native | 3 | 2 | 0.75 | 0.5 | 0.67 | – | 10 | 1 | – | – |"
     assert lines[i + 2] == row2
-    assert lines[i + 3] == "| simple_rag | hybrid | 10K | 3 | 2 | 0.625 | 1.0 | 2.0 | 40 | 39 | 0 | – | – |"
+    assert (
+        lines[i + 3]
+        == "| simple_rag | hybrid | 10K | 3 | 2 | 0.625 | 1.0 | 2.0 | 40 | 39 | 0 | – | – |"
+    )
     assert len(lines) == i + 4
     # no temporary files left beside the outputs
     assert sorted(p.name for p in csv_out.parent.iterdir()) == ["table.csv", "table.md"]
