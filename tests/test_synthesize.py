@@ -22,7 +22,7 @@ TEMPLATE = "Excerpts:\n{context}\n\nQuestion: {question}\nAnswer:"
 
 def room(fitter: ContextFitter, template: str, question: str) -> int:
     skeleton = template.format(question=question, context="")
-    return fitter.max_model_len - fitter.max_answer_tokens - (len(skeleton) // 4 + 1) - 32
+    return fitter.max_model_len - fitter.max_answer_tokens - (len(skeleton) // 4 + 1) - 64
 
 
 def test_fallback_counts_four_chars_per_token(tmp_path: Path) -> None:
@@ -47,12 +47,12 @@ def test_fit_long_context_cut_and_flagged() -> None:
     fitter = ContextFitter(None, 300, 50)
     q = "Did it work?"
     r = room(fitter, TEMPLATE, q)
-    assert r == 300 - 50 - 11 - 32  # skeleton is 40 characters
+    assert r == 300 - 50 - 11 - 64  # skeleton is 40 characters
     context = "".join(f"sentence {i:04d}. " for i in range(200))  # 3000 characters
     used, truncated = fitter.fit(TEMPLATE, q, context)
     assert truncated is True
     assert used == context[: (r - 1) * 4]  # the cut itself counts as <= room tokens
-    assert len(used) == 824
+    assert len(used) == 696  # (175 - 1) * 4
     assert fitter.count(used) <= r
     # at the boundary the context is kept whole
     fits = "z" * (r * 4 - 1)  # counts as exactly `room` tokens
@@ -123,10 +123,10 @@ def test_context_fitter_with_the_real_smollm2_tokenizer(smollm2: dict) -> None:
     question = "Did reducing salt intake change systolic blood pressure after 6 months?"
     context = NOTATION * 12 + paper["text"]
     assert tok.decode(ids(context)) == context  # byte-level BPE: decoding gives the text back
-    # The fitter's room for the context: the window less the answer, its 32-token allowance for
+    # The fitter's room for the context: the window less the answer, its 64-token allowance for
     # the chat wrapper, and the prompt without context, all counted here with `tokenizers`.
     skeleton = template.format(question=question, context="")
-    room = window - answer - 32 - len(ids(skeleton))
+    room = window - answer - 64 - len(ids(skeleton))
     assert 1000 < room < len(ids(context))  # the paper alone would overflow the window
 
     fitter = ContextFitter(str(model_dir), window, answer)
@@ -154,7 +154,7 @@ def test_context_fitter_with_the_real_smollm2_tokenizer(smollm2: dict) -> None:
     end = tok.encode(context, add_special_tokens=False).offsets[room - 1][1]
     exact = context[:end]
     assert len(ids(exact)) == room
-    assert len((skeleton + exact).encode("utf-8")) > window - answer - 32
+    assert len((skeleton + exact).encode("utf-8")) > window - answer - 64
     assert fitter.fit(template, question, exact) == (exact, False)
     # one token more is cut back to the same `room` tokens
     longer = context[: tok.encode(context, add_special_tokens=False).offsets[room][1]]
