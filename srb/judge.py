@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from srb.data.schema import Question
+from srb.data.schema import GOLD_LABELS, Question
 from srb.diagnostics import evidence_recall
 from srb.llm.backends import ChatRequest
 from srb.llm.client import LLMClient
@@ -46,48 +46,153 @@ _STOP = set(
     "it its than then between compared reported difference group groups vs versus".split()
 )
 
-# "No significant difference" phrasings, including negated significance ("non-significant
-# increase", "failed to significantly reduce", "not associated with a significant reduction").
-_NO_DIFFERENCE = re.compile(
-    r"\bnon-?significant(?:ly)?\b|\binsignificant\b|"
-    r"\bno (?:statistically )?significant(?:ly)?\b|\bnot (?:statistically )?significant(?:ly)?\b|"
-    r"\b(?:not|n't|no|failed to|did not|does not|without|nor)\b(?:\W+\w+){0,3}?\W+"
-    r"(?:statistically )?significant(?:ly)?\b|"
-    r"\bno (?:difference|change|effect)\b|\bdid not (?:differ|change)\b|"
-    r"\b(?:was|were|are|is|remained) (?:similar|comparable)\b"
+# Direction labels, read from an answer by keyword rules (no LLM). The patterns run on lower-cased
+# text with curly apostrophes straightened; a negation or hedge reaches no further than its own
+# clause (no . , ; : ! ? or parenthesis in between).
+_INC, _DEC, _NSD = GOLD_LABELS
+_SEP = r"[^\w.,;:!?()']+"  # the space between two words of one clause
+_NEGATOR = (
+    r"(?:\b(?:not(?!\s+(?:only|just|merely)\b)|no|never|nor|neither|without|cannot|"
+    r"lack(?:s|ed|ing)?\s+of|absence\s+of|fail(?:s|ed|ing)?\s+to)\b|n't\b)"
 )
+# Up to three words that are not themselves negators, so "not without a significant reduction"
+# yields the inner "without ..." claim, which the outer "not" then reverses.
+_GAP = (
+    rf"(?:{_SEP}(?!(?:not|no|non|never|nor|neither|without|cannot)\b|\w+n't\b)\w+(?:'\w+)?){{0,3}}?"
+    rf"{_SEP}"
+)
+# Negated significance ("no significant", "did not significantly", "wasn't a significant",
+# "non-significant", "failed to reach statistical significance") and "no difference" phrasings.
+_NO_DIFFERENCE = re.compile(
+    r"\bnon-?significant(?:ly)?\b|\binsignificant(?:ly)?\b|"
+    rf"{_NEGATOR}{_GAP}(?:statistical(?:ly)?{_SEP})?significan(?:t(?:ly)?|ce)\b|"
+    rf"\bno{_SEP}(?:(?:meaningful|real|notable|apparent|overall|clear|measurable){_SEP})?"
+    r"(?:difference|change|effect)s?\b|"
+    rf"(?:\bnot|n't){_SEP}(?:differ|change)\w*\b"
+)
+# Weaker: "similar" / "comparable" also describe baseline characteristics or cohorts, so they only
+# decide an answer that states nothing else.
+_SIMILAR = re.compile(r"\b(?:was|were|are|is|remained) (?:similar|comparable)\b")
+# "... was significant" after a direction noun in the same clause: "the reduction in pain was
+# statistically significant".
+_WAS_SIGNIFICANT = (
+    rf"(?:{_SEP}\w+){{0,4}}?{_SEP}(?:was|were|is|are)"
+    rf"(?:{_SEP}(?:highly|statistically))?{_SEP}significant\b"
+)
+# "... was significant, with a 3.5 mmHg increase": the direction noun the significance is about.
+_SIGNIFICANT_WITH = r"\bsignificant(?:ly)?,?\s+with\s+an?\s+(?:[\w.%\u00b1/-]+\s+){0,3}?"
+# "Better", "worse", "more / less effective" judge value, not the outcome's direction
+# ("significantly more effective in reducing vomiting"): significance without a direction.
 _DIRECTIONS = {
-    "significantly increased": re.compile(
-        r"\bsignificant(?:ly)? (?:higher|greater|more|increase[ds]?|improve[ds]?|rise|better|"
-        r"increas\w*|improv\w*)|\b(?:increased|improved|higher|rose) significantly\b"
+    _INC: re.compile(
+        r"\bsignificant(?:ly)? (?:higher|greater|more(?! effective| efficacious)|increase[ds]?|"
+        r"improve[ds]?|rise|increas\w*|improv\w*|elevat\w*|longer)|"
+        r"\b(?:increased|improved|higher|rose|greater|elevated|longer) significantly\b|"
+        rf"\b(?:increase|rise|improvement|elevation)s?{_WAS_SIGNIFICANT}|"
+        rf"{_SIGNIFICANT_WITH}(?:increase|rise|improvement|elevation|gain)"
     ),
-    "significantly decreased": re.compile(
-        r"\bsignificant(?:ly)? (?:lower|less|fewer|decrease[ds]?|reduce[ds]?|reduction|decline|drop|"
-        r"worse|decreas\w*|reduc\w*|shorter)|\b(?:decreased|reduced|lower|fell|declined) "
-        r"significantly\b"
+    _DEC: re.compile(
+        r"\bsignificant(?:ly)? (?:lower|less(?! effective| efficacious)|fewer|decrease[ds]?|"
+        r"reduce[ds]?|reduction|decline|drop|decreas\w*|reduc\w*|shorter)|"
+        r"\b(?:decreased|reduced|lower|fell|declined|dropped|shorter) significantly\b|"
+        rf"\b(?:decrease|reduction|decline|drop|fall)s?{_WAS_SIGNIFICANT}|"
+        rf"{_SIGNIFICANT_WITH}(?:decrease|reduction|decline|drop|fall)"
     ),
 }
+# A significance claim with no direction ("a significant difference", "differed significantly",
+# "p < 0.05"): compatible with a stated direction, in conflict with "no significant difference".
+_SIGNIFICANT = re.compile(
+    r"(?<!clinically )\b(?:statistically )?significant(?:ly)?\b|"
+    r"\bp\s*[<\u2264]\s*0?\.0(?:[0-4]\d*|50*)\b"
+)
+# A negation reversed: "not without ...", "not no ...", "it is not true that there was no ...".
+_DOUBLE_NEGATION = re.compile(
+    r"(?:\bnot|n't)(?:\s+(?:true|the case|correct|accurate)\s+that(?:\s+\w+){0,3}?)?\s+$"
+)
+# Uncommitted wording within the claim's clause ("may have significantly reduced", "tended to be
+# significantly higher", "a trend toward a significant reduction"). "Could not" is a negation, and
+# a trend or tendency that was not significant is no significant difference, not a hedge.
+_HEDGE = re.compile(
+    r"\b(may|might|could|possibly|perhaps|potentially|probably|likely|"
+    r"appear(?:s|ed)?\s+to|seem(?:s|ed)?\s+to|tend(?:s|ed)?\s+to|trend(?:s|ed)?(?:\s+towards?)?)"
+    rf"{_GAP}$"
+)
+
+
+def _hedged(text: str, start: int, negation: bool = False) -> bool:
+    hedge = _HEDGE.search(text[max(0, start - 80) : start] + " ")
+    if hedge is None:
+        return False
+    if hedge[1] == "could":  # "could not" / "couldn't" is a negation
+        return not text.startswith(("not", "n't"), start)
+    return not (negation and hedge[1].startswith(("trend", "tend")))
+
+
+def _overlaps(span: tuple[int, int], among: list[tuple[int, int]]) -> bool:
+    return any(s < span[1] and span[0] < e for s, e in among)
 
 
 def label_from_answer(answer: str) -> str | None:
     """Map an answer to a gold-label direction by keyword rules (no LLM); None if it states none.
 
-    A direction whose "significant" is negated ("non-significant increase") counts as no
-    significant difference; when several directions are stated the earliest wins.
+    The answer's claims are read clause by clause:
+    - a direction: "significantly lower/reduced/increased ...", "decreased significantly";
+    - no significant difference: negated significance ("non-significant increase", "did not /
+      didn't / wasn't / failed to ... significant(ly)", "without a significant reduction"),
+      "no difference / change / effect", "did not differ"; a negated direction is this label.
+      "Not only ... significantly reduced" is no negation. A double negation reverses one: "not
+      without a significant reduction" is decreased, "it is not true that there was no significant
+      difference" asserts a significant difference without a direction;
+    - a significant difference without a direction ("a significant difference", "p < 0.05");
+    - "similar" / "comparable", used only when the answer states nothing else.
+    A hedged claim ("may have", "might", "could", "possibly", "appeared / seemed / tended to",
+    "a trend toward" within three words before it) is not asserted and counts for nothing;
+    "suggest(s)" alone is not a hedge.
+
+    The label is the one the answer asserts consistently, or None: it abstains when the answer
+    asserts conflicting labels (both directions, or a direction or an undirected significant
+    difference together with no significant difference). A rule with no model of the outcome
+    cannot tell which of several measures the question is about, so this holds even when the
+    conflicting claims name different measures ("HDL rose significantly; LDL did not differ"):
+    no single direction is then stated for the question's outcome.
     """
-    text = answer.lower()
-    negated = [(m.start(), m.end()) for m in _NO_DIFFERENCE.finditer(text)]
-    hits: dict[str, int] = {}
-    if negated:
-        hits["no significant difference"] = negated[0][0]
+    text = answer.lower().replace("\u2019", "'")
+    negated: list[tuple[int, int]] = []  # "no significant difference" claims, hedged or not
+    reversed_: list[tuple[int, int]] = []  # double negations
+    stated: set[str] = set()
+    for m in _NO_DIFFERENCE.finditer(text):
+        if _DOUBLE_NEGATION.search(text[max(0, m.start() - 60) : m.start()]):
+            reversed_.append(m.span())
+        else:
+            negated.append(m.span())
+            if not _hedged(text, m.start(), negation=True):
+                stated.add(_NSD)
+    claims = negated + reversed_
+    directed: list[tuple[int, int]] = []  # reversed negations with a direction inside
     for label, pattern in _DIRECTIONS.items():
         for m in pattern.finditer(text):
-            if not any(s <= m.start() < e or m.start() <= s < m.end() for s, e in negated):
-                hits[label] = m.start()
-                break
-    if not hits:
+            claims.append(m.span())
+            if _overlaps(m.span(), negated):
+                continue  # a negated direction: no significant difference, counted above
+            if _overlaps(m.span(), reversed_):
+                directed.append(m.span())
+                stated.add(label)
+            elif not _hedged(text, m.start()):
+                stated.add(label)
+    undirected = any(not _overlaps(span, directed) for span in reversed_) or any(
+        not _overlaps(m.span(), claims) and not _hedged(text, m.start())
+        for m in _SIGNIFICANT.finditer(text)
+    )
+    directions = stated - {_NSD}
+    if len(directions) > 1 or (directions and _NSD in stated):
         return None
-    return min(hits, key=lambda k: hits[k])
+    if directions:
+        return directions.pop()
+    if _NSD in stated:
+        return None if undirected else _NSD
+    if not undirected and _SIMILAR.search(text):
+        return _NSD
+    return None
 
 
 def _content_words(text: str) -> set[str]:

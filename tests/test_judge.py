@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from srb.data.schema import EvidenceSpan, Question
+from srb.data.schema import GOLD_LABELS, EvidenceSpan, Question
 from srb.judge import (
     CRITERIA,
     JUDGE_SCHEMA,
@@ -22,7 +22,7 @@ from srb.synthesize import template_hash
 
 JUDGE_TEMPLATE = Path(__file__).resolve().parents[1] / "config" / "prompts" / "judge.md"
 
-INC, DEC, NSD = "significantly increased", "significantly decreased", "no significant difference"
+INC, DEC, NSD = GOLD_LABELS
 
 # ---------------------------------------------------------------------- direction labels
 
@@ -45,42 +45,148 @@ INC, DEC, NSD = "significantly increased", "significantly decreased", "no signif
         ("Pain relief increased significantly compared with placebo.", INC),
         ("The study enrolled 120 adults and measured blood pressure.", None),
         ("", None),
-        # the earliest stated direction wins when the answer hedges later
-        ("Drug X significantly increased HDL, though LDL showed no significant difference.", INC),
-        ("No significant difference overall, but the subgroup was significantly higher.", NSD),
-        ("Relapse was significantly reduced; adverse events were significantly increased.", DEC),
         ("SIGNIFICANTLY LOWER mortality was seen.", DEC),  # case-insensitive
+        ("The reduction in relapse was statistically significant.", DEC),
+        ("The difference was significant, with a 3.5 mmHg increase in blood pressure.", INC),
+        ("Pain was significantly reduced (p < 0.001).", DEC),
+        ("The results suggest that drug X significantly reduced pain.", DEC),  # not a hedge
+        # significance without a direction states no label
+        ("There was a significant difference between the groups (p < 0.01).", None),
+        ("Drug X was significantly more effective than placebo in reducing vomiting.", None),
+        ("Outcomes were significantly better with drug X.", None),
     ],
 )
 def test_label_from_answer(answer: str, label: str | None) -> None:
     assert label_from_answer(answer) == label
 
 
-NEGATION_BUG = (
-    "BUG srb/judge.py _LABEL_PATTERNS: a negated or non-significant effect is read as a "
-    "significant one, the opposite label. '\\bsignificant' matches after the hyphen in "
-    "'non-significant', and only 'no'/'not'/'did not' negations are known, so 'failed to "
-    "significantly reduce' and 'not associated with a significant reduction' match the "
-    "decreased pattern; label_acc and the rubric judge's accuracy then reward a wrong answer."
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "There was a non-significant increase in pain scores.",
+        "The drug failed to significantly reduce mortality.",
+        "Treatment was not associated with a significant reduction in relapse.",
+        "The difference failed to reach statistical significance.",
+        "Pain scores showed an insignificant decrease.",
+    ],
 )
+def test_label_negated_significance_is_no_difference(answer: str) -> None:
+    assert label_from_answer(answer) == NSD
 
 
 @pytest.mark.parametrize(
     "answer",
     [
-        pytest.param(
-            "There was a non-significant increase in pain scores.",
-        ),
-        pytest.param(
-            "The drug failed to significantly reduce mortality.",
-        ),
-        pytest.param(
-            "Treatment was not associated with a significant reduction in relapse.",
+        "The drug didn't significantly reduce pain.",
+        "There wasn't a significant increase in pain.",
+        "There weren't significantly fewer relapses.",
+        "Drug X doesn't significantly lower LDL.",
+        "Treatment hasn't significantly improved survival.",
+        "The drug couldn't significantly reduce pain.",
+        "The drug could not significantly reduce pain.",
+        "Mortality wasn\u2019t significantly different.",  # curly apostrophe
+        "Weight isn't significantly higher with drug X.",
+    ],
+)
+def test_label_contracted_negation_is_no_difference(answer: str) -> None:
+    assert label_from_answer(answer) == NSD
+
+
+@pytest.mark.parametrize(
+    ("answer", "label"),
+    [
+        ("Not only was pain significantly reduced, but sleep also improved.", DEC),
+        ("Drug X not only significantly increased HDL but was well tolerated.", INC),
+        ("Not just the primary outcome was significantly lower with drug X.", DEC),
+    ],
+)
+def test_label_not_only_is_no_negation(answer: str, label: str) -> None:
+    assert label_from_answer(answer) == label
+
+
+@pytest.mark.parametrize(
+    ("answer", "label"),
+    [
+        ("Treatment was not without a significant reduction in relapse.", DEC),
+        ("The increase in HDL was not non-significant: it was significantly higher.", INC),
+        # a reversed "no significant difference" asserts a difference but no direction
+        ("It is not true that there was no significant difference in mortality.", None),
+        ("The difference is not no significant difference.", None),
+        ("The difference was not insignificant.", None),
+        # ... which a stated direction then completes
+        (
+            "It is not the case that there was no significant difference: mortality fell "
+            "significantly.",
+            DEC,
         ),
     ],
 )
-def test_label_negated_significance_is_no_difference(answer: str) -> None:
-    assert label_from_answer(answer) in (NSD, None)
+def test_label_double_negation(answer: str, label: str | None) -> None:
+    assert label_from_answer(answer) == label
+
+
+@pytest.mark.parametrize(
+    ("answer", "label"),
+    [
+        # an uncommitted claim states no label
+        ("Drug X may have significantly reduced pain.", None),
+        ("Drug X might significantly lower LDL.", None),
+        ("Drug X could significantly improve survival.", None),
+        ("Pain appeared to be significantly reduced.", None),
+        ("HbA1c tended to be significantly lower with drug X.", None),
+        ("There was a trend toward a significant reduction in mortality.", None),
+        ("Drug X possibly increased HDL significantly.", None),
+        ("The difference may not be significant.", None),
+        ("There could be no significant difference in pain.", None),
+        # ... and does not conflict with a committed one
+        (
+            "Drug X may have significantly reduced pain, but there was no significant difference "
+            "in pain scores.",
+            NSD,
+        ),
+        # a hedge elsewhere in the answer does not reach a claim in another clause
+        ("The mechanism may be vascular. Drug X significantly reduced pain.", DEC),
+        # a non-significant trend is no significant difference
+        ("A trend toward lower mortality was not statistically significant.", NSD),
+    ],
+)
+def test_label_hedges(answer: str, label: str | None) -> None:
+    assert label_from_answer(answer) == label
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # conflicting directions, or a direction with no significant difference, for one outcome
+        "Pain was significantly reduced, and pain was significantly increased.",
+        "There was a significant increase in SBP and a significant decrease in SBP.",
+        "Drug X significantly reduced pain. There was no significant difference in pain.",
+        # a significant difference, then none
+        "There was a significant difference. The difference was not statistically significant.",
+        "The difference was statistically significant (p = 0.001), but not significant overall.",
+        # the rule cannot tell which measure is the question's outcome, so it abstains on
+        # conflicting claims about different measures too (documented in label_from_answer)
+        "Drug X significantly increased HDL, though LDL showed no significant difference.",
+        "No significant difference overall, but the subgroup was significantly higher.",
+        "Relapse was significantly reduced; adverse events were significantly increased.",
+    ],
+)
+def test_label_conflicting_claims_abstain(answer: str) -> None:
+    assert label_from_answer(answer) is None
+
+
+@pytest.mark.parametrize(
+    ("answer", "label"),
+    [
+        # repeating one claim is no conflict; nor is a significant difference with its direction
+        ("The difference was not significant. The difference was not significant.", NSD),
+        ("There was a significant difference: HbA1c was significantly lower with drug X.", DEC),
+        # "similar" about baseline characteristics yields to a stated direction
+        ("Baseline characteristics were similar; drug X significantly reduced pain.", DEC),
+    ],
+)
+def test_label_consistent_claims(answer: str, label: str) -> None:
+    assert label_from_answer(answer) == label
 
 
 def test_label_incidental_similar_does_not_win() -> None:
