@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from srb.llm.backends import ChatRequest, OpenAICompatBackend  # noqa: E402
 from srb.llm.cache import CallCache  # noqa: E402
-from srb.llm.models import ensure_model  # noqa: E402
+from srb.llm.models import ensure_model, vllm_options  # noqa: E402
 from srb.llm.server import acquire_server, stop_servers  # noqa: E402
 
 
@@ -42,7 +42,7 @@ def batching(model: str, spec: dict, models_dir: Path, n: int, max_tokens: int) 
     ensure_model(model, spec, models_dir)
     state = Path(tempfile.mkdtemp(prefix="srb-bench-servers-"))
     try:
-        url, _ = acquire_server(model, str(models_dir / model), spec.get("vllm", {}), state)
+        url, _ = acquire_server(model, str(models_dir / model), vllm_options(model, spec), state)
         backend = OpenAICompatBackend(url, model, timeout_s=600)
         prompts = [
             ChatRequest([{"role": "user", "content": f"Describe clinical trial design number {i} in detail."}],

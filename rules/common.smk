@@ -1,10 +1,20 @@
+import os
 import re
+import socket
 import sys
+import uuid
 from pathlib import Path
 
 from snakemake.utils import validate
 
 sys.path.insert(0, workflow.basedir)
+
+# This invocation's id and main pid: jobs inherit them and lease the vLLM servers they use, so
+# the onsuccess/onerror hooks stop only servers no other running invocation still holds.
+os.environ.setdefault("SRB_RUN_PID", str(os.getpid()))
+os.environ.setdefault(
+    "SRB_RUN_ID", f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+)
 
 from srb.analysis import check_analysis_config  # noqa: E402
 from srb.config import check_config, check_llm_config  # noqa: E402
@@ -219,11 +229,11 @@ onsuccess:
     if LLM:
         from srb.llm.server import stop_servers
 
-        stop_servers(LLM["servers_dir"])
+        stop_servers(LLM["servers_dir"], os.environ["SRB_RUN_ID"])
 
 
 onerror:
     if LLM:
         from srb.llm.server import stop_servers
 
-        stop_servers(LLM["servers_dir"])
+        stop_servers(LLM["servers_dir"], os.environ["SRB_RUN_ID"])

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -191,3 +195,54 @@ def test_key_rotation_is_picked_up_at_call_time(
         "Bearer first-key",
         "Bearer second-key",
     ]
+
+
+# Pyserini's BM25 searcher and an `openai` backend in one process (a job that retrieves and
+# then synthesizes through a hosted model): Pyserini needs *some* OPENAI_API_KEY to import,
+# and that placeholder must never reach the backend as if it were the user's key.
+PYSERINI_THEN_OPENAI = """
+import json, os, sys
+from srb.java import prepare_jvm
+from srb.llm.backends import ChatRequest, LLMCallError, OpenAICompatBackend
+prepare_jvm()
+after_prepare = os.environ.get("OPENAI_API_KEY")
+from pyserini.search.lucene import LuceneSearcher  # imports pyserini.encode._openai
+import pyserini.encode._openai as pyserini_openai
+after_import = os.environ.get("OPENAI_API_KEY")
+try:
+    OpenAICompatBackend(sys.argv[1], "gpt-x", api_key_env="OPENAI_API_KEY", retries=1).chat(
+        ChatRequest([{"role": "user", "content": "hi"}]))
+    sent = "sent"
+except LLMCallError as exc:
+    sent = str(exc)
+print(json.dumps({"after_prepare": after_prepare, "after_import": after_import, "sent": sent,
+                  "pyserini_client": pyserini_openai.client is not None}))
+"""
+
+
+@pytest.mark.parametrize("preset", [None, SECRET], ids=["unset", "user-key"])
+def test_pyserini_placeholder_key_never_reaches_an_openai_backend(
+    server: FakeServer, preset: str | None
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    if preset:
+        env["OPENAI_API_KEY"] = preset
+    out = subprocess.run(
+        [sys.executable, "-c", PYSERINI_THEN_OPENAI, server.url],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["pyserini_client"] is True  # Pyserini imported fine
+    assert seen["after_prepare"] == preset and seen["after_import"] == preset
+    if preset is None:
+        assert "OPENAI_API_KEY" in seen["sent"] and "not set" in seen["sent"]
+        assert server.attempts == 0  # nothing went out with a placeholder key
+    else:
+        assert seen["sent"] == "sent"
+        auth = server.received[0]["headers"].get("Authorization")
+        assert auth == f"Bearer {SECRET}"  # the user's own key, untouched

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import multiprocessing
 import signal
@@ -39,12 +38,39 @@ CHANGES = {
 }
 
 
-def test_call_key_is_sha256_of_canonical_json() -> None:
-    expected = hashlib.sha256(
-        json.dumps(BASE_PARTS, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
-    ).hexdigest()
-    assert call_key(**BASE_PARTS) == expected
-    assert len(expected) == 64
+KEY_IN_A_FRESH_PROCESS = """
+import json, sys
+from srb.llm.cache import call_key
+print(call_key(**json.loads(sys.argv[1])))
+"""
+
+
+def test_call_key_is_a_sha256_digest_stable_across_processes() -> None:
+    """The same parts give the same 64-hex-digit key in another interpreter (no per-process
+    hash seed or object identity leaks in), so a later run finds what an earlier one stored."""
+    key = call_key(**BASE_PARTS)
+    assert len(key) == 64 and all(c in "0123456789abcdef" for c in key)
+    assert call_key(**json.loads(json.dumps(BASE_PARTS))) == key  # equal values, new objects
+    other = subprocess.run(
+        [sys.executable, "-c", KEY_IN_A_FRESH_PROCESS, json.dumps(BASE_PARTS)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "12345", "PATH": ""},
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert other.stdout.strip() == key
+
+
+def test_call_key_tells_apart_parts_that_only_a_loose_encoding_would_merge() -> None:
+    """Boundaries between parts are kept: moving text from one part to another, or a value's
+    type, changes the key."""
+    split = {**BASE_PARTS, "model": "smollm2", "weights": "-135m" + "a" * 59}
+    joined = {**BASE_PARTS, "model": "smollm2-135m", "weights": "a" * 59}
+    assert call_key(**split) != call_key(**joined)
+    as_text = {**BASE_PARTS, "sampling": {"max_tokens": "160", "temperature": 0.0, "seed": 0}}
+    assert call_key(**as_text) != call_key(**BASE_PARTS)
+    assert call_key(**{**BASE_PARTS, "schema": {}}) != call_key(**BASE_PARTS)  # {} is not None
 
 
 def test_call_key_is_stable_across_argument_order() -> None:

@@ -100,16 +100,21 @@ def expected(i: int, seed: int = 0) -> dict:
 
 def test_identity_comes_from_the_model_card(tmp_path: Path) -> None:
     model_dir = make_model_dir(tmp_path, "ab" * 32)
-    assert model_identity(str(model_dir), {}) == {"model": "tiny-model", "weights": "ab" * 32}
+    identity = model_identity("tiny-model", {}, "vllm", model_dir=str(model_dir))
+    assert (identity["model"], identity["weights"]) == ("tiny-model", "ab" * 32)
     client, _ = make_client(tmp_path, FakeBackend(), weights="ab" * 32)
-    assert client.identity == {"model": "tiny-model", "weights": "ab" * 32}
+    assert client.identity["weights"] == "ab" * 32
 
 
 def test_identity_without_a_card_needs_a_prepared_model(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="no model card"):
-        model_identity(str(tmp_path), {"source": {"package": "llm_x", "file": "x.gguf"}})
-    served = {"source": {"served_name": "gpt-x"}, "revision": "2024-01"}
-    assert model_identity(None, served) == {"model": "gpt-x", "weights": "2024-01"}
+        model_identity(
+            "x", {"source": {"package": "llm_x", "file": "x.gguf"}}, "vllm", model_dir=str(tmp_path)
+        )
+    served = {"source": {"served_name": "gpt-x", "base_url": "https://h/v1"}, "revision": "2024-01"}
+    identity = model_identity("gpt", served, "openai")
+    assert (identity["model"], identity["weights"]) == ("gpt-x", "2024-01")
+    assert identity["endpoint"] == "https://h/v1"
 
 
 def test_first_run_calls_and_caches_second_run_replays(tmp_path: Path) -> None:

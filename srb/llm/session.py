@@ -27,5 +27,6 @@ def open_client(llm: dict[str, Any], model: str) -> tuple[LLMClient, str | None]
         CallCache(llm["cache"]),
         llm["servers_dir"],
         concurrency=llm["concurrency"],
+        models_dir=llm["models_dir"],
     )
     return client, model_dir
