@@ -1,5 +1,12 @@
 """LLM-layer benchmark, everything measured side by side in this one run:
 
+0. Server settings on the workflow's own prompts (`--settings`, the default): the default grid's
+   real synthesis prompts (contexts of native and budgeted simple_rag cells, fitted exactly as the
+   synthesize jobs fit them) and judge prompts, sent to one vLLM server per candidate setting
+   (dtype x thread binding) at each concurrency: prompt and generated tokens/s and wall time, with
+   the CPU model and flags printed; the setting the workflow picks on this host is marked, and so is
+   the fastest one measured. Needs the retrieval cells (run `snakemake --cores 2` or
+   `make run` once; the bench builds missing ones with snakemake).
 1. vLLM continuous batching: the same prompts sent one at a time vs concurrently to one server of
    the same model: generated tokens/s and the ratio (goal >= 5x).
 2. The whole default workflow, cold (empty results/ and call cache) vs warm (`--forceall` on the
@@ -8,7 +15,9 @@
 3. Wall time and peak memory (summed RSS of the workflow's processes and the vLLM server,
    sampled every second) of the cold run (goal: <= 15 min, <= 8 GiB).
 
-    python bench/llm_layer.py [--skip-workflow] [--prompts 16] [--workdir DIR]
+    python bench/llm_layer.py [--skip-settings] [--skip-batching] [--skip-workflow]
+                              [--settings-prompts 24] [--concurrency 8 16] [--prompts 16]
+                              [--workdir DIR]
 
 Prints one table; exits 0.
 """
@@ -32,10 +41,151 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from srb.data.canonical import iter_jsonl, load_canonical  # noqa: E402
+from srb.judge import JUDGE_SCHEMA, render_judge_prompt  # noqa: E402
+from srb.llm import cpu  # noqa: E402
 from srb.llm.backends import ChatRequest, OpenAICompatBackend  # noqa: E402
 from srb.llm.cache import CallCache  # noqa: E402
 from srb.llm.models import ensure_model, vllm_options  # noqa: E402
 from srb.llm.server import acquire_server, stop_servers  # noqa: E402
+from srb.synthesize import ContextFitter, select_questions, synthesis_requests  # noqa: E402
+
+CORPUS = "evidence-inference-ccby"
+
+
+def workflow_prompts(config: dict, model_dir: Path, n: int) -> tuple[list[ChatRequest], str]:
+    """`n` of the default run's real prompts: synthesis over simple_rag's native and budgeted
+    cells (each modality), and judge prompts over the same questions, in a fixed interleaving."""
+    llm = config["llm"]
+    spec = llm["models"][llm["synthesizer"]]
+    results = REPO / "results" / CORPUS
+    cells = [
+        results / "retrieval" / "simple_rag" / m / f"{b}.jsonl"
+        for b in config["budgets"]
+        for m in config["modalities"]
+    ]
+    missing = [c for c in cells if not c.is_file()]
+    if missing:  # build just the retrieval cells (indexes, doctor, rankings): a few minutes
+        subprocess.run(
+            [sys.executable, "-m", "snakemake", "--cores", "2", *map(str, missing)],
+            cwd=REPO,
+            check=True,
+        )
+    fitter = ContextFitter(str(model_dir), spec["max_model_len"], llm["max_answer_tokens"])
+    prompts = llm.get("prompts", {})
+    templates = {
+        "context": REPO / prompts.get("synthesize", "config/prompts/synthesize.md"),
+        "base": REPO / prompts.get("synthesize_base", "config/prompts/synthesize_base.md"),
+    }
+    corpus_dir = results / "corpus"
+    synth = [
+        synthesis_requests(c, corpus_dir, templates, fitter, llm["max_answer_tokens"],
+                           llm["questions"])[0]
+        for c in cells
+    ]  # fmt: skip
+    judge_template = (REPO / prompts.get("judge", "config/prompts/judge.md")).read_text()
+    questions = select_questions(load_canonical(corpus_dir), llm["questions"])
+    native = {r["question_id"]: r for _, r in iter_jsonl(cells[0])}
+    judge = [
+        ChatRequest(
+            [{"role": "user", "content": render_judge_prompt(
+                judge_template, q, q.gold_answer, native[q.id]["context"],
+                llm.get("judge_context_chars", 2000))}],
+            max_tokens=llm.get("judge_max_tokens", 96),
+            json_schema=JUDGE_SCHEMA,
+        )
+        for q in questions
+    ]  # fmt: skip
+    # round-robin over cells and judge prompts, so any n mixes context sizes as a run does
+    pools = [*synth, judge]
+    picked: list[ChatRequest] = []
+    for i in range(max(len(p) for p in pools)):
+        picked += [p[i] for p in pools if i < len(p)]
+    share = (
+        f"{len(cells)} synthesis cells (budgets {', '.join(map(str, config['budgets']))}) + judge"
+    )
+    return picked[:n], share
+
+
+def candidate_settings(host: cpu.HostCPU) -> list[dict]:
+    """dtype x binding: bfloat16 and float32, vLLM's auto binding (one core reserved for its
+    engine) and the worker bound to every usable core."""
+    every = cpu.format_cpu_list(host.cpus)
+    bindings = [
+        ("auto", {"omp_bind": "auto"}),
+        (f"all cores {every}", {"omp_bind": every, "reserved_cpus": 0}),
+    ]
+    return [
+        {"dtype": d, "binding": name, **opts}
+        for d in ("bfloat16", "float32")
+        for name, opts in bindings
+    ]
+
+
+def settings_benchmark(
+    model: str, spec: dict, config: dict, n: int, concurrencies: list[int]
+) -> list[str]:
+    models_dir = REPO / "cache/models"
+    ensure_model(model, spec, models_dir)
+    requests, share = workflow_prompts(config, models_dir / model, n)
+    host = cpu.read_host()
+    chosen_dtype, why = cpu.resolve_dtype(vllm_options(model, spec).get("dtype"), host)
+    chosen = cpu.choose_binding(host)
+    lines = [
+        f"CPU: {platform_cpu_model()}; usable cores {cpu.format_cpu_list(host.cpus)}; "
+        f"bf16 flags: {', '.join(f for f in cpu.NATIVE_BF16_FLAGS if f in host.flags) or 'none'}",
+        f"prompts: {len(requests)} real prompts of the default run ({share})",
+        f"the workflow picks here: dtype {chosen_dtype} ({why}); binding "
+        f"{chosen.env.get('VLLM_CPU_OMP_THREADS_BIND', 'auto')} ({chosen.reason})",
+        "",
+        "| dtype | binding | concurrency | wall s | prompt tok/s | generated tok/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    rows = []
+    for setting in candidate_settings(host):
+        opts = {**vllm_options(model, spec), **{k: v for k, v in setting.items() if k != "binding"}}
+        state = Path(tempfile.mkdtemp(prefix="srb-bench-settings-"))
+        try:
+            url, _ = acquire_server(model, str(models_dir / model), opts, state)
+            backend = OpenAICompatBackend(url, model, timeout_s=1200)
+            backend.chat(requests[0])  # warm-up, not timed
+            for conc in concurrencies:
+                t0 = time.perf_counter()
+                with ThreadPoolExecutor(conc) as pool:
+                    done = list(pool.map(backend.chat, requests))
+                wall = time.perf_counter() - t0
+                p_tok = sum(c.prompt_tokens for c in done)
+                g_tok = sum(c.completion_tokens for c in done)
+                rows.append((setting["dtype"], setting["binding"], conc, wall, p_tok / wall,
+                             g_tok / wall))  # fmt: skip
+        finally:
+            stop_servers(state)
+            shutil.rmtree(state, ignore_errors=True)
+    fastest = min(rows, key=lambda r: r[3])
+    bind = chosen.env.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
+    pick = (chosen_dtype, "auto" if bind == "auto" else f"all cores {bind}")
+    for r in rows:
+        marks = [
+            m for m, on in (("fastest", r is fastest), ("workflow's pick", r[:2] == pick)) if on
+        ]
+        mark = f" ({', '.join(marks)})" if marks else ""
+        lines.append(f"| {r[0]} | {r[1]}{mark} | {r[2]} | {r[3]:.1f} | {r[4]:.0f} | {r[5]:.1f} |")
+    verdict = "is the fastest" if fastest[:2] == pick else "is NOT the fastest"
+    lines += [
+        "",
+        f"fastest measured: {fastest[0]}, {fastest[1]}, concurrency {fastest[2]}; "
+        f"the workflow's pick ({pick[0]}, {pick[1]}) {verdict}",
+    ]
+    return lines
+
+
+def platform_cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    import platform
+
+    return platform.processor() or platform.machine()
 
 
 def batching(model: str, spec: dict, models_dir: Path, n: int, max_tokens: int) -> dict:
@@ -182,12 +332,18 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--skip-workflow", action="store_true")
+    parser.add_argument("--skip-settings", action="store_true")
+    parser.add_argument("--settings-prompts", type=int, default=24)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 16])
     parser.add_argument("--skip-batching", action="store_true")
     parser.add_argument("--workdir", default=None)
     args = parser.parse_args()
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     model = config["llm"]["synthesizer"]
     spec = config["llm"]["models"][model]
+    if not args.skip_settings:
+        print("\n".join(settings_benchmark(model, spec, config, args.settings_prompts,
+                                           args.concurrency)), flush=True)  # fmt: skip
     lines = [f"{'measure':<44} {'value':>14}  goal"]
     if not args.skip_batching:
         b = batching(model, spec, REPO / "cache/models", args.prompts, args.max_tokens)

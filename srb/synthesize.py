@@ -108,6 +108,38 @@ def select_questions(corpus: Corpus, limit: int | None) -> list[Question]:
     return questions if limit is None else questions[:limit]
 
 
+def synthesis_requests(
+    cell_file: str | Path,
+    corpus_dir: str | Path,
+    templates: dict[str, str | Path],
+    fitter: ContextFitter,
+    max_tokens: int,
+    limit: int | None,
+) -> tuple[list[ChatRequest], list[tuple[str, int, int, bool]]]:
+    """The synthesizer's requests for one cell (what the workflow sends, and what the LLM-layer
+    benchmark replays), with (question id, context chars, chars used, truncated) for each."""
+    corpus = load_canonical(corpus_dir)
+    wanted = {q.id: q for q in select_questions(corpus, limit)}
+    cells = {
+        r["question_id"]: r for _, r in iter_jsonl(Path(cell_file)) if r["question_id"] in wanted
+    }
+    missing = [q for q in wanted if q not in cells]
+    if missing:
+        raise ValueError(f"{cell_file} has no context for questions {missing[:5]}")
+    tmpl_text = {k: Path(v).read_text(encoding="utf-8") for k, v in templates.items()}
+    requests, meta = [], []
+    for qid, q in wanted.items():
+        context = cells[qid]["context"]
+        kind = "context" if context else "base"
+        used, truncated = (
+            fitter.fit(tmpl_text[kind], q.question, context) if context else ("", False)
+        )
+        prompt = tmpl_text[kind].format(question=q.question, context=used)
+        requests.append(ChatRequest([{"role": "user", "content": prompt}], max_tokens=max_tokens))
+        meta.append((qid, len(context), len(used), truncated))
+    return requests, meta
+
+
 def synthesize_cell(
     cell_file: str | Path,
     corpus_dir: str | Path,
@@ -119,26 +151,8 @@ def synthesize_cell(
     out: str | Path,
     stats_out: str | Path | None = None,
 ) -> None:
-    corpus = load_canonical(corpus_dir)
-    wanted = {q.id: q for q in select_questions(corpus, limit)}
-    cells = {
-        r["question_id"]: r for _, r in iter_jsonl(Path(cell_file)) if r["question_id"] in wanted
-    }
-    missing = [q for q in wanted if q not in cells]
-    if missing:
-        raise ValueError(f"{cell_file} has no context for questions {missing[:5]}")
-    tmpl_text = {k: Path(v).read_text(encoding="utf-8") for k, v in templates.items()}
+    requests, meta = synthesis_requests(cell_file, corpus_dir, templates, fitter, max_tokens, limit)
     t_hash = template_hash(*templates.values())
-    requests, meta = [], []
-    for qid, q in wanted.items():
-        context = cells[qid]["context"]
-        kind = "context" if context else "base"
-        used, truncated = (
-            fitter.fit(tmpl_text[kind], q.question, context) if context else ("", False)
-        )
-        prompt = tmpl_text[kind].format(question=q.question, context=used)
-        requests.append(ChatRequest([{"role": "user", "content": prompt}], max_tokens=max_tokens))
-        meta.append((qid, len(context), len(used), truncated))
     completions = client.run(requests, t_hash, desc=f"synthesize {Path(cell_file).stem}")
     write_jsonl(
         out,
