@@ -12,7 +12,7 @@ sys.path.insert(0, workflow.basedir)
 # This invocation's id and main pid: jobs inherit them and lease the vLLM servers they use, so
 # the onsuccess/onerror hooks stop only servers no other running invocation still holds.
 os.environ.setdefault("SRB_RUN_PID", str(os.getpid()))
-os.environ.setdefault(
+RUN_ID = os.environ.setdefault(
     "SRB_RUN_ID", f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 )
 
@@ -229,11 +229,11 @@ onsuccess:
     if LLM:
         from srb.llm.server import stop_servers
 
-        stop_servers(LLM["servers_dir"], os.environ["SRB_RUN_ID"])
+        stop_servers(LLM["servers_dir"], RUN_ID)
 
 
 onerror:
     if LLM:
         from srb.llm.server import stop_servers
 
-        stop_servers(LLM["servers_dir"], os.environ["SRB_RUN_ID"])
+        stop_servers(LLM["servers_dir"], RUN_ID)
