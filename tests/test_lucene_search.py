@@ -172,7 +172,7 @@ def test_tie_adjustment_is_anserinis(index):
     def anserini(scores):
         hits = [score_doc(i, float(s)) for i, s in enumerate(scores)]
         docs = scored_docs.fromTopDocs(
-            top_docs(total(len(hits), equal_to), hits), searcher._searcher.object.searcher
+            top_docs(total(len(hits), equal_to), hits), searcher._simple.searcher
         )
         return list(reranker.rerank(docs, None).scores)
 

@@ -103,13 +103,18 @@ class BM25Searcher:
     """
 
     def __init__(self, index_dir: str | Path, k1: float = 0.9, b: float = 0.4):
+        """Anserini's SimpleSearcher straight from its class, as Pyserini's LuceneSearcher builds
+        it: importing `pyserini.search.lucene` imports torch and transformers (~5 s per job)
+        for encoders BM25 never uses; that wrapper is made only for the fallback path."""
         prepare_jvm()
-        from pyserini.search.lucene import LuceneSearcher
+        from pyserini.pyclass import autoclass
 
         if not Path(index_dir).is_dir():
             raise FileNotFoundError(f"no Lucene index at {index_dir}")
-        self._searcher = LuceneSearcher(str(index_dir))
-        self._searcher.set_bm25(k1, b)
+        self._index_dir, self._k1, self._b = str(index_dir), float(k1), float(b)
+        self._simple = autoclass("io.anserini.search.SimpleSearcher")(self._index_dir)
+        self._simple.set_bm25(self._k1, self._b)
+        self._wrapper: Any = None
         self._bulk: _BulkSearch | None = None
         self._bulk_checked = False
         self.last_missing = 0
@@ -117,7 +122,7 @@ class BM25Searcher:
 
     @property
     def num_docs(self) -> int:
-        return int(self._searcher.num_docs)
+        return int(self._simple.get_total_num_docs())
 
     @property
     def bulk(self) -> bool:
@@ -162,7 +167,12 @@ class BM25Searcher:
     ) -> dict[str, list[Hit]]:
         """Pyserini's own batch search, hit by hit (the fallback, and the reference the bulk path
         is tested and benchmarked against); a qid Lucene returned nothing for is left out."""
-        results = self._searcher.batch_search(list(queries), list(qids), k=depth, threads=threads)
+        if self._wrapper is None:
+            from pyserini.search.lucene import LuceneSearcher
+
+            self._wrapper = LuceneSearcher(self._index_dir)
+            self._wrapper.set_bm25(self._k1, self._b)
+        results = self._wrapper.batch_search(list(queries), list(qids), k=depth, threads=threads)
         return {
             qid: [(h.docid, float(h.score)) for h in hits]
             for qid, hits in results.items()
@@ -172,9 +182,9 @@ class BM25Searcher:
     def _bulk_search(self) -> _BulkSearch | None:
         if not self._bulk_checked:
             self._bulk_checked = True
-            reason = _BulkSearch.unsupported(self._searcher.object)
+            reason = _BulkSearch.unsupported(self._simple)
             if reason is None:
-                self._bulk = _BulkSearch(self._searcher.object)
+                self._bulk = _BulkSearch(self._simple)
             else:
                 log.info("BM25: Pyserini batch search (the bulk path does not apply: %s)", reason)
         return self._bulk
