@@ -4,7 +4,7 @@ rule rank:
         questions="results/{corpus}/corpus/questions.jsonl",
         bm25=lambda wc: channel_index(wc, "bm25"),
         dense=lambda wc: channel_index(wc, "dense"),
-        doctor=ancient("results/{corpus}/doctor/{system}.json"),
+        doctor="results/{corpus}/doctor/{system}.json",  # not ancient(): see rules/doctor.smk
     output:
         rankings=expand(
             "results/{{corpus}}/rankings/{{system}}/{modality}.jsonl",

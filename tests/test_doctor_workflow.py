@@ -128,3 +128,17 @@ def test_unit_count_mismatch_with_ingest_log_is_caught(healthy):
     assert seen["ingest_log_units"] == expected
     assert seen["bm25_index_units"] == seen["dense_index_units"] == ingest["n_units"]
     assert [c["name"] for c in report["checks"] if c["ok"] is False] == ["unit_count"]
+
+
+def test_a_rerun_doctor_does_not_hide_missing_cells(healthy):
+    """A changed doctor setting plus a missing cell: the run must rebuild the cell, not stop
+    after the doctor with exit 0 (what ancient() did in Snakemake 9.27)."""
+    root, corpus, _ = healthy
+    config = write_config(root, corpus, systems=[SYSTEM], doctor={"probes": 2})
+    cell = root / _target(root)[0]
+    cell.unlink()
+    proc = snakemake(root, config, *_target(root))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert cell.is_file(), "exit 0 but the requested cell is missing"
+    report = json.loads((root / f"results/tiny/doctor/{SYSTEM}.json").read_text())
+    assert len(report["probes"]) == 2
