@@ -67,7 +67,14 @@ def workflow_prompts(config: dict, model_dir: Path, n: int) -> tuple[list[ChatRe
     missing = [c for c in cells if not c.is_file()]
     if missing:  # build just the retrieval cells (indexes, doctor, rankings): a few minutes
         subprocess.run(
-            [sys.executable, "-m", "snakemake", "--cores", "2", *map(str, missing)],
+            [
+                sys.executable,
+                "-m",
+                "snakemake",
+                "--cores",
+                "2",
+                *(str(c.relative_to(REPO)) for c in missing),
+            ],  # fmt: skip
             cwd=REPO,
             check=True,
         )
