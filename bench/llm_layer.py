@@ -149,25 +149,28 @@ def settings_benchmark(
         "|---|---|---|---|---|---|",
     ]
     rows = []
+    warm_up = ChatRequest([{"role": "user", "content": "Say OK."}], max_tokens=4)
     for setting in candidate_settings(host):
         opts = {**vllm_options(model, spec), **{k: v for k, v in setting.items() if k != "binding"}}
-        state = Path(tempfile.mkdtemp(prefix="srb-bench-settings-"))
-        try:
-            url, _ = acquire_server(model, str(models_dir / model), opts, state)
-            backend = OpenAICompatBackend(url, model, timeout_s=1200)
-            backend.chat(requests[0])  # warm-up, not timed
-            for conc in concurrencies:
+        for conc in concurrencies:
+            # a fresh server per measurement: a second pass over the same prompts would be served
+            # from vLLM's prefix cache; the warm-up prompt shares no prefix with the measured ones
+            state = Path(tempfile.mkdtemp(prefix="srb-bench-settings-"))
+            try:
+                url, _ = acquire_server(model, str(models_dir / model), opts, state)
+                backend = OpenAICompatBackend(url, model, timeout_s=1200)
+                backend.chat(warm_up)
                 t0 = time.perf_counter()
                 with ThreadPoolExecutor(conc) as pool:
                     done = list(pool.map(backend.chat, requests))
                 wall = time.perf_counter() - t0
-                p_tok = sum(c.prompt_tokens for c in done)
-                g_tok = sum(c.completion_tokens for c in done)
-                rows.append((setting["dtype"], setting["binding"], conc, wall, p_tok / wall,
-                             g_tok / wall))  # fmt: skip
-        finally:
-            stop_servers(state)
-            shutil.rmtree(state, ignore_errors=True)
+            finally:
+                stop_servers(state)
+                shutil.rmtree(state, ignore_errors=True)
+            p_tok = sum(c.prompt_tokens for c in done)
+            g_tok = sum(c.completion_tokens for c in done)
+            rows.append((setting["dtype"], setting["binding"], conc, wall, p_tok / wall,
+                         g_tok / wall))  # fmt: skip
     fastest = min(rows, key=lambda r: r[3])
     bind = chosen.env.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
     pick = (chosen_dtype, "auto" if bind == "auto" else f"all cores {bind}")
