@@ -3,9 +3,10 @@
 Why this exists: without AVX512-BF16 or AMX-BF16, vLLM's bfloat16 CPU kernels are emulated and
 float32 runs ~2.8x faster, so `dtype: auto` is resolved here from the CPU's flags (the resolved
 dtype changes answers, so it also enters every cache key, see `models.py`). The OpenMP thread
-binding, unless configured (`omp_bind`, `reserved_cpus`, `threads`): on a small machine the
-worker gets every core this job may use (its affinity mask), since vLLM's 'auto' reserved one
-of two cores for its engine and prefill ran 1.4-1.65x slower; on larger ones vLLM's 'auto'.
+binding, unless configured (`omp_bind`, `reserved_cpus`, `threads`): on a small machine vLLM
+gets every core this job may use (its affinity mask) with none reserved, since vLLM's 'auto'
+fenced one of two cores off for its engine and prefill ran 1.4-1.65x slower; on larger ones
+vLLM's 'auto'.
 Both choices are logged with the reason: see `choose_binding`.
 """
 
@@ -118,16 +119,17 @@ def choose_binding(
     threads: int | None = None,
 ) -> Binding:
     """OpenMP binding for the vLLM CPU worker: config (`omp_bind`, `reserved_cpus`, `threads`)
-    wins; a small host (<= SMALL_HOST_CPUS usable cores) binds the worker to every usable core
-    with none reserved; a larger one keeps vLLM's 'auto' (one core reserved for its engine).
+    wins; a small host (<= SMALL_HOST_CPUS usable cores) gives vLLM every usable core with none
+    reserved; a larger one keeps vLLM's 'auto' (one core reserved for its engine process).
 
-    Why every core on a small host: the workflow's requests are prefill-heavy (1-10K-character
-    contexts), and on them `bench/llm_layer.py` measured the worker on both cores of this 2-core
-    AMD EPYC 1.4-1.65x faster than 'auto' (worker on core 0, core 1 left to the engine): 24 real
-    prompts, bfloat16, 18.6 vs 27.6 s at 8 in flight and 16.0 vs 26.4 s at 16. (On short,
-    decode-heavy prompts the order reversed: 'auto' 429-446 tokens/s, both cores 109-244; the
-    engine busy-polls its core, so decode steps wait on a preempted thread. Pick with
-    `omp_bind: auto` where the load is decode-bound.)
+    What that does on 2 cores, seen in /proc: vLLM still runs its worker's compute on core 0
+    (it keeps torch at one thread for serving), but nothing is fenced off for the engine, so
+    the engine and API server share both cores instead of the engine owning core 1. Why: the
+    workflow's requests are prefill-heavy (1-10K-character contexts), and on them
+    `bench/llm_layer.py` measured this 1.4-1.65x faster than 'auto' on a 2-core AMD EPYC (24
+    real prompts, bfloat16: 18.6 vs 27.6 s at 8 in flight, 16.0 vs 26.4 s at 16). On short,
+    decode-heavy prompts the order reversed ('auto' 429-446 tokens/s against 109-244): set
+    `omp_bind: auto` where the load is decode-bound.
     """
     n = len(host.cpus)
     if omp_bind is not None:
@@ -141,10 +143,10 @@ def choose_binding(
         env = {"VLLM_CPU_OMP_THREADS_BIND": format_cpu_list(worker)}
         reserved_cpus = reserve
         reason = (
-            f"{n} usable core(s) {format_cpu_list(host.cpus)}: the worker is bound to "
+            f"{n} usable core(s) {format_cpu_list(host.cpus)}: vLLM gets "
             f"{format_cpu_list(worker)} ({reserve} reserved); on the workflow's prefill-heavy "
-            "prompts this ran 1.4-1.65x faster than vLLM's 'auto', which keeps a core for its "
-            "engine (bench/llm_layer.py)"
+            "prompts this ran 1.4-1.65x faster than vLLM's 'auto', which fences a core off for "
+            "its engine (bench/llm_layer.py)"
         )
     else:
         env = {"VLLM_CPU_OMP_THREADS_BIND": "auto"}
