@@ -147,6 +147,16 @@ def test_forceall_on_warm_cache_makes_no_calls_and_identical_files(llm_run):
     assert digests(root) == before
 
 
+def planned_llm_jobs(proc: subprocess.CompletedProcess) -> dict[str, str]:
+    """{rule: job count} of the synthesize and judge jobs a dry run plans."""
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {
+        parts[0]: parts[1]
+        for parts in (line.split() for line in (proc.stdout + proc.stderr).splitlines())
+        if len(parts) == 2 and parts[0] in ("judge", "synthesize") and parts[1].isdigit()
+    }
+
+
 def test_editing_a_prompt_template_reruns_only_its_jobs(llm_run):
     root, config = llm_run
     judge_prompt = root / "prompts" / "judge.md"
@@ -156,17 +166,9 @@ def test_editing_a_prompt_template_reruns_only_its_jobs(llm_run):
         proc = snakemake(root, config, "-n")
     finally:
         judge_prompt.write_text(original)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = proc.stdout + proc.stderr
-    jobs = {
-        parts[0]: parts[1]
-        for parts in (line.split() for line in out.splitlines())
-        if len(parts) == 2 and parts[0] in ("judge", "synthesize") and parts[1].isdigit()
-    }
+    jobs = planned_llm_jobs(proc)
     assert "synthesize" not in jobs
-    assert jobs["judge"] == str(
-        2 * 2 + 2
-    )  # LLM-judge jobs only: 4 retrieval cells + base + direct_read
+    assert jobs["judge"] == str(2 * 2 + 2)  # LLM-judge jobs only: 4 retrieval cells + base + DR
 
 
 def test_editing_judge_settings_reruns_no_synthesis(llm_run):
@@ -176,15 +178,8 @@ def test_editing_judge_settings_reruns_no_synthesis(llm_run):
     cfg["llm"]["judge_retries"] = cfg["llm"].get("judge_retries", 3) + 1
     edited = root / "config-judge-edit.yaml"
     edited.write_text(yaml.safe_dump(cfg))
-    proc = snakemake(root, edited, "-n")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = proc.stdout + proc.stderr
-    jobs = {
-        parts[0]: parts[1]
-        for parts in (line.split() for line in out.splitlines())
-        if len(parts) == 2 and parts[0] in ("judge", "synthesize") and parts[1].isdigit()
-    }
-    assert "synthesize" not in jobs, out[-3000:]
+    jobs = planned_llm_jobs(snakemake(root, edited, "-n"))
+    assert "synthesize" not in jobs, jobs
     assert jobs["judge"] == str(2 * 2 + 2)  # the LLM judge's cells only, not the rubric's
 
 
