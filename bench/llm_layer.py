@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -51,6 +52,26 @@ from srb.llm.server import acquire_server, stop_servers  # noqa: E402
 from srb.synthesize import ContextFitter, select_questions, synthesis_requests  # noqa: E402
 
 CORPUS = "evidence-inference-ccby"
+
+
+@contextmanager
+def private_server(model: str, model_dir: Path, opts: dict, timeout_s: float = 600):
+    """A vLLM server of our own for one measurement (its own state dir), stopped afterwards."""
+    state = Path(tempfile.mkdtemp(prefix="srb-bench-servers-"))
+    try:
+        url, _ = acquire_server(model, str(model_dir), opts, state)
+        yield OpenAICompatBackend(url, model, timeout_s=timeout_s)
+    finally:
+        stop_servers(state)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def timed_concurrent(backend: OpenAICompatBackend, requests: list, concurrency: int) -> tuple:
+    """(completions in request order, wall seconds) with `concurrency` requests in flight."""
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        done = list(pool.map(backend.chat, requests))
+    return done, time.perf_counter() - t0
 
 
 def workflow_prompts(config: dict, model_dir: Path, n: int) -> tuple[list[ChatRequest], str]:
@@ -155,18 +176,9 @@ def settings_benchmark(
         for conc in concurrencies:
             # a fresh server per measurement: a second pass over the same prompts would be served
             # from vLLM's prefix cache; the warm-up prompt shares no prefix with the measured ones
-            state = Path(tempfile.mkdtemp(prefix="srb-bench-settings-"))
-            try:
-                url, _ = acquire_server(model, str(models_dir / model), opts, state)
-                backend = OpenAICompatBackend(url, model, timeout_s=1200)
+            with private_server(model, models_dir / model, opts, timeout_s=1200) as backend:
                 backend.chat(warm_up)
-                t0 = time.perf_counter()
-                with ThreadPoolExecutor(conc) as pool:
-                    done = list(pool.map(backend.chat, requests))
-                wall = time.perf_counter() - t0
-            finally:
-                stop_servers(state)
-                shutil.rmtree(state, ignore_errors=True)
+                done, wall = timed_concurrent(backend, requests, conc)
             p_tok = sum(c.prompt_tokens for c in done)
             g_tok = sum(c.completion_tokens for c in done)
             rows.append((setting["dtype"], setting["binding"], conc, wall, p_tok / wall,
@@ -200,26 +212,17 @@ def platform_cpu_model() -> str:
 
 def batching(model: str, spec: dict, models_dir: Path, n: int, max_tokens: int) -> dict:
     ensure_model(model, spec, models_dir)
-    state = Path(tempfile.mkdtemp(prefix="srb-bench-servers-"))
-    try:
-        url, _ = acquire_server(model, str(models_dir / model), vllm_options(model, spec), state)
-        backend = OpenAICompatBackend(url, model, timeout_s=600)
-        prompts = [
-            ChatRequest([{"role": "user", "content": f"Describe clinical trial design number {i} in detail."}],
-                        max_tokens=max_tokens)
-            for i in range(n)
-        ]  # fmt: skip
+    prompts = [
+        ChatRequest([{"role": "user", "content": f"Describe clinical trial design number {i} in detail."}],
+                    max_tokens=max_tokens)
+        for i in range(n)
+    ]  # fmt: skip
+    with private_server(model, models_dir / model, vllm_options(model, spec)) as backend:
         backend.chat(prompts[0])  # warm-up
         t0 = time.perf_counter()
         seq = [backend.chat(p) for p in prompts]
         t_seq = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(n) as pool:
-            conc = list(pool.map(backend.chat, prompts))
-        t_conc = time.perf_counter() - t0
-    finally:
-        stop_servers(state)
-        shutil.rmtree(state, ignore_errors=True)
+        conc, t_conc = timed_concurrent(backend, prompts, n)
     tok_seq = sum(c.completion_tokens for c in seq) / t_seq
     tok_conc = sum(c.completion_tokens for c in conc) / t_conc
     return {
