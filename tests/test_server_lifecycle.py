@@ -283,6 +283,13 @@ def test_a_registered_server_whose_port_now_serves_another_model_is_replaced(
 # ---------------------------------------------------------------------- leases across invocations
 
 
+def new_invocations(invocations: list[subprocess.Popen], n: int) -> list[subprocess.Popen]:
+    """`n` live stand-in main processes, stopped by the `invocations` fixture afterwards."""
+    procs = [subprocess.Popen(["sleep", "300"]) for _ in range(n)]
+    invocations += procs
+    return procs
+
+
 def as_invocation(monkeypatch: pytest.MonkeyPatch, run_id: str, proc: subprocess.Popen) -> None:
     monkeypatch.setenv(RUN_ID, run_id)
     monkeypatch.setenv(RUN_PID, str(proc.pid))
@@ -294,8 +301,7 @@ def test_one_invocations_stop_leaves_a_server_another_still_uses(
     monkeypatch: pytest.MonkeyPatch,
     invocations: list[subprocess.Popen],
 ) -> None:
-    run_a, run_b = (subprocess.Popen(["sleep", "300"]) for _ in range(2))
-    invocations += [run_a, run_b]
+    run_a, run_b = new_invocations(invocations, 2)
     as_invocation(monkeypatch, "run-a", run_a)
     url, started = acquire_server("tiny", str(tmp_path), {}, tmp_path)
     as_invocation(monkeypatch, "run-b", run_b)
@@ -315,8 +321,7 @@ def test_a_finished_invocations_lease_does_not_keep_a_server(
     monkeypatch: pytest.MonkeyPatch,
     invocations: list[subprocess.Popen],
 ) -> None:
-    run_a, run_b = (subprocess.Popen(["sleep", "300"]) for _ in range(2))
-    invocations += [run_a, run_b]
+    run_a, run_b = new_invocations(invocations, 2)
     as_invocation(monkeypatch, "run-b", run_b)
     url, _ = acquire_server("tiny", str(tmp_path), {}, tmp_path)
     as_invocation(monkeypatch, "run-a", run_a)
@@ -333,8 +338,7 @@ def test_stop_by_hand_stops_a_server_in_use(
     monkeypatch: pytest.MonkeyPatch,
     invocations: list[subprocess.Popen],
 ) -> None:
-    run_a = subprocess.Popen(["sleep", "300"])
-    invocations.append(run_a)
+    (run_a,) = new_invocations(invocations, 1)
     as_invocation(monkeypatch, "run-a", run_a)
     url, _ = acquire_server("tiny", str(tmp_path), {}, tmp_path)
     assert stop_servers(tmp_path) == 1  # `python -m srb stop-servers`: no run id, stops all
