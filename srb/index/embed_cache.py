@@ -28,7 +28,7 @@ def encoder_fingerprint(model_path: str) -> str:
 
 class EmbeddingCache:
     def __init__(self, path: str | Path):
-        self._conn = open_wal(path)
+        self._conn = open_wal(path, check_same_thread=False)  # callers serialise
         self._conn.execute(
             "CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, dim INTEGER, vec BLOB)"
         )

@@ -48,7 +48,11 @@ class Completion:
 
 
 class LLMCallError(RuntimeError):
-    pass
+    """A call that failed for good; `status` is the server's HTTP status when it answered."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 class Backend(Protocol):
@@ -97,9 +101,24 @@ class OpenAICompatBackend:
                 "type": "json_schema",
                 "json_schema": {"name": "response", "schema": request.json_schema, "strict": True},
             }
+        started = time.perf_counter()
+        data = self.post_chat(body)
+        choice = data["choices"][0]
+        usage = data.get("usage") or {}
+        return Completion(
+            text=choice["message"].get("content") or "",
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            completion_tokens=int(usage.get("completion_tokens", 0)),
+            latency_s=time.perf_counter() - started,
+            finish_reason=choice.get("finish_reason") or "stop",
+        )
+
+    def post_chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST one chat-completions body as given (the served model name set here) and return
+        the JSON response; 5xx, 429 and transport errors are retried, a 4xx raises at once."""
+        body = {**body, "model": self.model}
         last: Exception | None = None
         for attempt in range(1, self.retries + 1):
-            started = time.perf_counter()
             try:
                 resp = self._client.post(
                     f"{self.base_url}/chat/completions", json=body, headers=self._headers()
@@ -111,18 +130,10 @@ class OpenAICompatBackend:
                 if resp.status_code >= 400:
                     raise LLMCallError(
                         f"{self.model} at {self.base_url}: HTTP {resp.status_code}: "
-                        f"{resp.text[:500]}"
+                        f"{resp.text[:500]}",
+                        status=resp.status_code,
                     )
-                data = resp.json()
-                choice = data["choices"][0]
-                usage = data.get("usage") or {}
-                return Completion(
-                    text=choice["message"].get("content") or "",
-                    prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                    completion_tokens=int(usage.get("completion_tokens", 0)),
-                    latency_s=time.perf_counter() - started,
-                    finish_reason=choice.get("finish_reason") or "stop",
-                )
+                return resp.json()
             except (httpx.TransportError, httpx.HTTPStatusError) as exc:
                 last = exc
                 if attempt < self.retries:

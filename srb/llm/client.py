@@ -8,6 +8,7 @@ answer is cached the moment it arrives, so a killed job loses only calls still i
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ class LLMClient:
         self.identity = model_identity(model_name, spec, backend, model_dir, models_dir)
         self._factory = backend_factory
         self._backend: Backend | None = None
+        self._backend_lock = threading.Lock()  # proxy threads may all miss at once
         self.stats = CallStats()
 
     def key(self, request: ChatRequest, template_hash: str) -> str:
@@ -66,10 +68,37 @@ class LLMClient:
             **self.identity,
         )
 
+    def request_key(self, body: dict[str, Any]) -> str:
+        """Key of a raw OpenAI chat request (a memory library's): the whole body (messages,
+        response_format and its schema, tools, sampling) except the model name, which the model
+        identity replaces."""
+        request = {k: v for k, v in body.items() if k != "model"}
+        return call_key(backend=self.backend_kind, request=request, **self.identity)
+
+    def forward(self, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """(response, from cache) for a raw chat-completions body: the cache first, the backend
+        (started on this first miss) otherwise. Only OpenAI-speaking backends can forward."""
+        key = self.request_key(body)
+        cached = self.cache.get(key)
+        if cached is not None:
+            self.stats.cache_hits += 1
+            return cached, True
+        backend = self._get_backend()
+        post = getattr(backend, "post_chat", None)
+        if post is None:
+            raise ValueError(
+                f"backend {self.backend_kind!r} cannot serve a memory library's raw OpenAI "
+                "requests; use backend vllm or openai"
+            )
+        response = post(body)
+        self.stats.model_calls += 1
+        return self.cache.put(key, response, kind="request", model=self.model_name), False
+
     def _get_backend(self) -> Backend:
-        if self._backend is None:
-            self._backend = self._factory() if self._factory else self._make_backend()
-        return self._backend
+        with self._backend_lock:
+            if self._backend is None:
+                self._backend = self._factory() if self._factory else self._make_backend()
+            return self._backend
 
     def _make_backend(self) -> Backend:
         source = self.spec.get("source", {})

@@ -1,0 +1,216 @@
+"""An OpenAI-compatible endpoint on 127.0.0.1 through which memory libraries make every model call.
+
+Mem0, Graphiti and any other OpenAI-speaking library get this endpoint's URL as their base URL.
+`/v1/chat/completions` answers from the call cache (key = the whole request body: messages,
+response_format/schema, tools, sampling; see `LLMClient.request_key`) and forwards a miss to the
+configured backend, starting the local vLLM server only then. `/v1/embeddings` encodes with the
+configured sentence-transformers encoder through the embedding cache. A warm re-ingest therefore
+makes zero model calls and, given a deterministic library, writes the same store.
+
+Each request's usage is counted (cached or not), so an ingest log reports the ingest's token
+cost identically on a cold and a warm run; `model_calls` counts what actually reached a model.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+from srb.llm.backends import LLMCallError
+from srb.llm.client import LLMClient
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EndpointStats:
+    chat_requests: int = 0
+    chat_cache_hits: int = 0
+    model_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    failed_requests: int = 0
+    embedding_requests: int = 0
+    embedded_texts: int = 0
+    encoded_texts: int = 0  # embedding cache misses actually run through the encoder
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class Embedder:
+    """The `/v1/embeddings` side: a srb.index.dense.Encoder (with its cache), one call at a time."""
+
+    def __init__(self, encoder: Any, served_name: str):
+        self.encoder = encoder
+        self.served_name = served_name
+        self._lock = threading.Lock()
+
+    def embed(self, texts: list[str]) -> tuple[np.ndarray, int]:
+        with self._lock:
+            before = self.encoder.encoded
+            vectors = self.encoder.encode(texts)
+            return vectors, self.encoder.encoded - before
+
+
+class CachingEndpoint:
+    """The HTTP server; use `serve_endpoint` to run one for the duration of a block."""
+
+    def __init__(self, chat: LLMClient, embedder: Embedder | None, host: str = "127.0.0.1"):
+        self.chat = chat
+        self.embedder = embedder
+        self.stats = EndpointStats()
+        self._stats_lock = threading.Lock()
+        self._server = ThreadingHTTPServer((host, 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        log.info("caching OpenAI endpoint for %s at %s", self.chat.model_name, self.base_url)
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _count(self, **increments: int) -> None:
+        with self._stats_lock:
+            for name, value in increments.items():
+                setattr(self.stats, name, getattr(self.stats, name) + value)
+
+    # -- request handling -------------------------------------------------------------------
+
+    def models(self) -> dict[str, Any]:
+        names = [self.chat.model_name] + ([self.embedder.served_name] if self.embedder else [])
+        return {"object": "list", "data": [{"id": n, "object": "model"} for n in names]}
+
+    def chat_completion(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if body.get("stream"):
+            return 400, _error("streaming is not supported by the caching endpoint")
+        if int(body.get("n") or 1) != 1:
+            return 400, _error("n > 1 is not supported by the caching endpoint")
+        try:
+            response, cached = self.chat.forward(body)
+        except LLMCallError as exc:
+            self._count(chat_requests=1, failed_requests=1)
+            log.warning("chat request failed: %s", exc)
+            return (exc.status or 502), _error(str(exc))
+        usage = response.get("usage") or {}
+        self._count(
+            chat_requests=1,
+            chat_cache_hits=int(cached),
+            model_calls=int(not cached),
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        )
+        return 200, response
+
+    def embeddings(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if self.embedder is None:
+            return 404, _error("this endpoint serves no embedding model")
+        raw = body.get("input")
+        texts = [raw] if isinstance(raw, str) else raw
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return 400, _error("input must be a string or a list of strings (token ids are not accepted)")
+        vectors, encoded = self.embedder.embed(texts)
+        dims = body.get("dimensions")
+        if dims is not None and int(dims) != vectors.shape[1]:
+            self._count(failed_requests=1)
+            return 400, _error(
+                f"dimensions={dims} requested, but {self.embedder.served_name} returns "
+                f"{vectors.shape[1]}-d vectors; configure the library for {vectors.shape[1]}"
+            )
+        as_base64 = body.get("encoding_format") == "base64"
+        data = [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode()
+                if as_base64
+                else [float(x) for x in v],
+            }
+            for i, v in enumerate(vectors)
+        ]
+        self._count(embedding_requests=1, embedded_texts=len(texts), encoded_texts=encoded)
+        tokens = sum(len(t.split()) for t in texts)
+        return 200, {
+            "object": "list",
+            "data": data,
+            "model": self.embedder.served_name,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, fmt: str, *args: Any) -> None:  # route into logging
+                log.debug("endpoint: " + fmt, *args)
+
+            def _send(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                if self.path.rstrip("/") in ("/v1/models", "/models"):
+                    self._send(200, endpoint.models())
+                else:
+                    self._send(404, _error(f"no route {self.path}"))
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                except json.JSONDecodeError as exc:
+                    self._send(400, _error(f"request body is not JSON: {exc}"))
+                    return
+                path = self.path.rstrip("/")
+                try:
+                    if path.endswith("/chat/completions"):
+                        self._send(*endpoint.chat_completion(body))
+                    elif path.endswith("/embeddings"):
+                        self._send(*endpoint.embeddings(body))
+                    else:
+                        self._send(404, _error(f"no route {self.path}"))
+                except Exception as exc:  # reported to the library as a 500, and logged
+                    log.exception("endpoint error on %s", self.path)
+                    endpoint._count(failed_requests=1)
+                    self._send(500, _error(f"{type(exc).__name__}: {exc}"))
+
+        return Handler
+
+
+def _error(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "srb_endpoint_error"}}
+
+
+@contextmanager
+def serve_endpoint(chat: LLMClient, embedder: Embedder | None) -> Iterator[CachingEndpoint]:
+    """Run a caching endpoint for the block; it is shut down however the block ends."""
+    endpoint = CachingEndpoint(chat, embedder)
+    endpoint.start()
+    try:
+        yield endpoint
+    finally:
+        endpoint.stop()

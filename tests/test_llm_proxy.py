@@ -1,0 +1,135 @@
+"""The caching OpenAI endpoint, driven by the real `openai` client library a memory library uses.
+
+The chat backend behind it is a stand-in that records what reached it (the real vLLM path is
+covered by the store-system integration test); embeddings use the real packaged MiniLM encoder.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import openai
+import pytest
+
+from srb.index.dense import Encoder
+from srb.llm.backends import LLMCallError
+from srb.llm.cache import CallCache
+from srb.llm.client import LLMClient
+from srb.llm.proxy import Embedder, serve_endpoint
+from tests.test_llm_client import make_model_dir
+
+
+class RecordingBackend:
+    """Answers with the request's last user message reversed; fails bodies marked 'fail'."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        self._lock = threading.Lock()
+
+    def post_chat(self, body: dict) -> dict:
+        with self._lock:
+            self.bodies.append(body)
+        text = body["messages"][-1]["content"]
+        if text == "fail":
+            raise LLMCallError("context too long", status=400)
+        return {
+            "id": f"chatcmpl-{len(self.bodies)}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "tiny-model",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text[::-1]},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+        }
+
+
+def client_for(tmp_path: Path, backend: RecordingBackend) -> LLMClient:
+    return LLMClient(
+        "vllm",
+        "tiny-model",
+        {"max_model_len": 2048},
+        str(make_model_dir(tmp_path)),
+        CallCache(tmp_path / "calls.sqlite"),
+        tmp_path / "servers",
+        backend_factory=lambda: backend,
+    )
+
+
+def ask(base_url: str, text: str, **extra) -> openai.types.chat.ChatCompletion:
+    api = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+    return api.chat.completions.create(
+        model="whatever-the-library-says",
+        messages=[{"role": "user", "content": text}],
+        temperature=0,
+        **extra,
+    )
+
+
+def test_chat_misses_reach_the_backend_once_and_replay_from_cache(tmp_path):
+    backend = RecordingBackend()
+    with serve_endpoint(client_for(tmp_path, backend), None) as endpoint:
+        first = ask(endpoint.base_url, "hello")
+        again = ask(endpoint.base_url, "hello")
+        assert first.choices[0].message.content == "olleh"
+        assert again.choices[0].message.content == "olleh"
+        assert len(backend.bodies) == 1
+        # the response format is part of the key: a JSON-mode request is a different call
+        ask(endpoint.base_url, "hello", response_format={"type": "json_object"})
+        assert len(backend.bodies) == 2
+        assert backend.bodies[1]["response_format"] == {"type": "json_object"}
+        stats = endpoint.stats.to_dict()
+    assert stats["chat_requests"] == 3
+    assert stats["chat_cache_hits"] == 1
+    assert stats["model_calls"] == 2
+    assert stats["prompt_tokens"] == 21  # usage counted for cached replies too
+    # a new endpoint over the same cache (a warm re-ingest) makes no model call
+    backend2 = RecordingBackend()
+    with serve_endpoint(client_for(tmp_path, backend2), None) as endpoint:
+        ask(endpoint.base_url, "hello")
+        ask(endpoint.base_url, "hello", response_format={"type": "json_object"})
+        assert endpoint.stats.model_calls == 0
+    assert backend2.bodies == []
+
+
+def test_backend_errors_reach_the_library_with_their_status_and_are_not_cached(tmp_path):
+    backend = RecordingBackend()
+    with serve_endpoint(client_for(tmp_path, backend), None) as endpoint:
+        for _ in range(2):
+            with pytest.raises(openai.BadRequestError, match="context too long"):
+                ask(endpoint.base_url, "fail")
+        assert endpoint.stats.failed_requests == 2
+    assert len(backend.bodies) == 2
+
+
+def test_streaming_is_refused_clearly(tmp_path):
+    with serve_endpoint(client_for(tmp_path, RecordingBackend()), None) as endpoint:
+        with pytest.raises(openai.BadRequestError, match="streaming is not supported"):
+            ask(endpoint.base_url, "hi", stream=True)
+
+
+def test_embeddings_are_the_packaged_encoders_vectors_in_both_encodings(tmp_path):
+    encoder = Encoder("minilm", cache_path=tmp_path / "emb.sqlite")
+    texts = ["BM25 is a lexical ranking function.", "Mem0 extracts atomic facts."]
+    with serve_endpoint(client_for(tmp_path, RecordingBackend()), Embedder(encoder, "minilm")) as ep:
+        api = openai.OpenAI(base_url=ep.base_url, api_key="unused", max_retries=0)
+        # the openai client asks for base64 by default and decodes it itself
+        got = api.embeddings.create(model="minilm", input=texts)
+        as_floats = api.embeddings.create(model="minilm", input=texts[0], encoding_format="float")
+        with pytest.raises(openai.BadRequestError, match="384-d"):
+            api.embeddings.create(model="minilm", input=texts[0], dimensions=1536)
+        stats = ep.stats.to_dict()
+    direct = Encoder("minilm").encode(texts)
+    np.testing.assert_allclose(np.array([d.embedding for d in got.data]), direct, atol=1e-6)
+    np.testing.assert_allclose(as_floats.data[0].embedding, direct[0], atol=1e-6)
+    assert stats["embedded_texts"] == 3  # the refused request is a failure, not an embedding
+    assert stats["failed_requests"] == 1
+    assert stats["encoded_texts"] == 2  # the repeat came from the embedding cache
