@@ -25,6 +25,15 @@ check_config(config)
 CORPORA = config["corpora"]
 SYSTEMS = config["systems"]
 MODALITIES = config["modalities"]
+# memory systems that own their store: each declares its own modalities
+MEMORY = config["memory"]
+STORE_SYSTEMS = MEMORY["systems"]
+from srb.systems import store_registry  # noqa: E402
+
+STORE_MODALITIES = {s: list(store_registry()[s].modalities) for s in STORE_SYSTEMS}
+ALL_SYSTEMS = [*SYSTEMS, *STORE_SYSTEMS]
+UNIT_PATTERN = "|".join(map(re.escape, SYSTEMS)) or "(?!)"
+STORE_PATTERN = "|".join(map(re.escape, STORE_SYSTEMS)) or "(?!)"
 BUDGETS = [str(b) for b in config["budgets"]]
 HYBRID_CHANNELS = config["retrieval"]["hybrid_channels"]
 # what the rank job writes: every modality, plus the channels a hybrid fuses
@@ -39,7 +48,15 @@ if LLM:
     check_llm_config(config)
     SYNTH = LLM["synthesizer"]
     JUDGES = LLM["judges"]
-    LLM_MODELS = [SYNTH, *(j for j in JUDGES if j != "rubric")]
+    LLM_MODELS = list(
+        dict.fromkeys(
+            [
+                SYNTH,
+                *(j for j in JUDGES if j != "rubric"),
+                *([MEMORY["llm"]] if STORE_SYSTEMS else []),
+            ]
+        )
+    )
     check_sources_present(LLM["models"], LLM_MODELS)
     DIRECT_READ_BUDGET = str(LLM["direct_read_budget"])
     PROMPTS = LLM["prompts"]
@@ -51,8 +68,12 @@ else:
 
 wildcard_constraints:
     corpus="|".join(map(re.escape, CORPORA)),
-    system="|".join([*SYSTEMS, "base", "direct_read"]),
-    modality="|".join([*MODALITIES, "none"]),
+    system="|".join([*ALL_SYSTEMS, "base", "direct_read"]),
+    modality="|".join(
+        dict.fromkeys(
+            [*MODALITIES, *(m for ms in STORE_MODALITIES.values() for m in ms), "none"]
+        )
+    ),
     budget="|".join(map(re.escape, [*BUDGETS, DIRECT_READ_BUDGET])),
     model="|".join(map(re.escape, LLM_MODELS or ["none"])),
     synth="|".join(map(re.escape, [SYNTH or "none"])),
@@ -70,14 +91,40 @@ def corpus_source(wildcards):
     return [path]
 
 
+def system_modalities(system):
+    """A store system's own modalities; the configured ones for unit systems."""
+    return STORE_MODALITIES.get(system, MODALITIES)
+
+
+def retrieval_grid(systems=None):
+    """(system, modality, budget) of every retrieval cell, expanded per system."""
+    return [
+        (s, m, b)
+        for s in (ALL_SYSTEMS if systems is None else systems)
+        for m in system_modalities(s)
+        for b in BUDGETS
+    ]
+
+
 def retrieval_cells(corpus):
-    return expand(
-        "results/{corpus}/retrieval/{system}/{modality}/{budget}.jsonl",
-        corpus=corpus,
-        system=SYSTEMS,
-        modality=MODALITIES,
-        budget=BUDGETS,
-    )
+    return [
+        f"results/{corpus}/retrieval/{s}/{m}/{b}.jsonl" for s, m, b in retrieval_grid()
+    ]
+
+
+def store_bm25_index(wildcards, modalities):
+    """The BM25 index over a store system's exported items, when a modality fuses it."""
+    system = store_registry()[wildcards.system]
+    fused = [m for m in modalities if m in getattr(system, "bm25_fused", ())]
+    return f"results/{wildcards.corpus}/index/{wildcards.system}/bm25" if fused else []
+
+
+def memory_llm_params(wildcards):
+    """The `llm` config the store jobs depend on: the ingest model and the call cache."""
+    keep = ["backend", "cache", "models_dir", "servers_dir", "concurrency", "seed"]
+    out = {k: LLM[k] for k in keep}
+    out["models"] = {MEMORY["llm"]: LLM["models"][MEMORY["llm"]]}
+    return out
 
 
 def budget_verdict_files(corpus):
@@ -140,7 +187,7 @@ def llm_params(model, role):
 
 def llm_cells():
     """(system, modality, budget) of every cell that is synthesized and judged."""
-    cells = [(s, m, b) for s in LLM["systems"] for m in MODALITIES for b in BUDGETS]
+    cells = retrieval_grid(LLM["systems"])
     if "base" in LLM["llm_only"]:
         cells.append(("base", "none", "native"))
     if "direct_read" in LLM["llm_only"]:
@@ -220,8 +267,14 @@ def get_final_output():
             judge=JUDGES,
         )
     targets += expand(
-        "results/{corpus}/doctor/{system}.json", corpus=CORPORA, system=SYSTEMS
+        "results/{corpus}/doctor/{system}.json", corpus=CORPORA, system=ALL_SYSTEMS
     )
+    if STORE_SYSTEMS:
+        targets += expand(
+            "results/{corpus}/diagnostics/ingest_cost.{ext}",
+            corpus=CORPORA,
+            ext=["csv", "md"],
+        )
     return targets
 
 

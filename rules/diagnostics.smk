@@ -18,9 +18,7 @@ rule retrieval_diagnostics:
         mem_mb=2000,
         runtime=10,
     params:
-        grid=lambda wc: [
-            (s, m, b) for s in SYSTEMS for m in MODALITIES for b in BUDGETS
-        ],
+        grid=lambda wc: retrieval_grid(),
         tolerance=config["budget_tolerance"],
         gate=config["budget_gate"],
     script:

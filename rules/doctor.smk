@@ -20,6 +20,8 @@ rule doctor:
         ),
     log:
         "results/logs/doctor/{corpus}/{system}.log",
+    wildcard_constraints:
+        system=UNIT_PATTERN,
     conda:
         "../envs/srb.yaml"
     threads: 1

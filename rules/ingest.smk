@@ -7,6 +7,8 @@ rule build_units:
         ingest_log="results/{corpus}/units/{system}.ingest.json",
     log:
         "results/logs/build_units/{corpus}/{system}.log",
+    wildcard_constraints:
+        system=UNIT_PATTERN,
     conda:
         "../envs/srb.yaml"
     resources:
@@ -47,6 +49,8 @@ rule dense_index:
         "results/logs/dense_index/{corpus}/{system}.log",
     benchmark:
         "results/benchmarks/dense_index/{corpus}/{system}.tsv"
+    wildcard_constraints:
+        system=UNIT_PATTERN,
     conda:
         "../envs/srb.yaml"
     threads: config["dense"]["threads"]

@@ -14,6 +14,8 @@ rule rank:
         "results/logs/rank/{corpus}/{system}.log",
     benchmark:
         "results/benchmarks/rank/{corpus}/{system}.tsv"
+    wildcard_constraints:
+        system=UNIT_PATTERN,
     conda:
         "../envs/srb.yaml"
     threads: max(config["bm25"]["threads"], config["dense"]["threads"])
@@ -49,7 +51,7 @@ rule restore_context:
     log:
         "results/logs/restore/{corpus}/{system}/{modality}.log",
     wildcard_constraints:
-        system="|".join(SYSTEMS),
+        system=UNIT_PATTERN,
         modality="|".join(MODALITIES),
     conda:
         "../envs/srb.yaml"

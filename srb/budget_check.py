@@ -9,6 +9,9 @@ of the requested budget B. When it is off, the reason matters:
   system's granularity, reported and marked, as the paper did for Hindsight and Cognee;
 - `depth_limited`: the questions' rankings ran out of units (a small corpus or a shallow
   ranking) and the questions that did not run out are on budget: reported and marked;
+- `knob_limited`: a store system's own knob returned more than (1 + tol) B before the cap cut
+  it (Graphiti's per-channel limits return up to k items per channel): reported and marked,
+  with the knob's own size, as the paper reported Graphiti's overshoot;
 - `under_budget` / `over_budget`: the knob was set wrong for this corpus: a failure;
 - `empty`: nothing was restored: a failure;
 - `knob_inert` (across a system's budgets): the achieved size does not move when the budget
@@ -20,13 +23,13 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from srb.retrieve import Calibration, Restored, ran_short
 
 OK = "ok"
-MARKED = ("granularity_limited", "depth_limited")
+MARKED = ("granularity_limited", "depth_limited", "knob_limited")
 FAILURES = ("under_budget", "over_budget", "empty", "knob_inert")
 
 
@@ -45,6 +48,7 @@ class BudgetVerdict:
     n_ran_short: int
     top_k: int | None = None
     mean_unit_chars: float | None = None
+    knob_mean: float | None = None  # a store system's mean characters before the cap
 
     @property
     def failed(self) -> bool:
@@ -56,7 +60,28 @@ class BudgetVerdict:
         out["ratio"] = round(self.ratio, 4)
         if self.mean_unit_chars is not None:
             out["mean_unit_chars"] = round(self.mean_unit_chars, 1)
+        if self.knob_mean is not None:
+            out["knob_mean"] = round(self.knob_mean, 1)
+        else:
+            del out["knob_mean"]
         return out
+
+
+def knob_limited(verdict: BudgetVerdict, knob_mean: float, tolerance: float) -> BudgetVerdict:
+    """Mark an otherwise acceptable store-system cell whose knob alone overshot the cap."""
+    over = knob_mean > verdict.requested * (1 + tolerance) + 1e-9
+    if verdict.failed or not over:
+        return replace(verdict, knob_mean=knob_mean)
+    return replace(
+        verdict,
+        status="knob_limited",
+        reason=(
+            f"the library's knob returned {knob_mean:.0f} chars on average for a "
+            f"{verdict.requested} budget ({knob_mean / verdict.requested:.2f} x B); cut to "
+            f"{1 + tolerance:.2f} x B, achieved mean {verdict.achieved_mean:.0f}"
+        ),
+        knob_mean=knob_mean,
+    )
 
 
 def whole_units_can_reach(requested: int, unit_chars: float, tolerance: float) -> bool:

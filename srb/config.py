@@ -7,7 +7,7 @@ from typing import Any
 
 from srb.errors import ConfigError
 from srb.retrieve import parse_budget
-from srb.systems import registry
+from srb.systems import registry, store_registry
 
 
 def check_config(config: dict[str, Any], source: str = "config") -> None:
@@ -17,6 +17,7 @@ def check_config(config: dict[str, Any], source: str = "config") -> None:
             raise ConfigError(
                 f"{source}: systems: unknown system {name!r}; known: {', '.join(sorted(known))}"
             )
+    check_memory_config(config, source)
     for budget in config.get("budgets", []):
         try:
             parse_budget(budget)
@@ -47,9 +48,12 @@ def check_llm_config(config: dict[str, Any], source: str = "config") -> None:
             raise ConfigError(
                 f"{source}: llm.{role}: model {name!r} is not defined under llm.models"
             )
+    retrieval = [*config.get("systems", []), *config.get("memory", {}).get("systems", [])]
     for name in llm.get("systems", []):
-        if name not in config.get("systems", []):
-            raise ConfigError(f"{source}: llm.systems: {name!r} is not in the retrieval systems")
+        if name not in retrieval:
+            raise ConfigError(
+                f"{source}: llm.systems: {name!r} is not in systems or memory.systems"
+            )
     try:
         parse_budget(llm.get("direct_read_budget", "6K"))
     except ValueError as exc:
@@ -57,3 +61,29 @@ def check_llm_config(config: dict[str, Any], source: str = "config") -> None:
     for role, path in llm.get("prompts", {}).items():
         if not Path(path).is_file():
             raise ConfigError(f"{source}: llm.prompts.{role}: template {path} does not exist")
+
+
+def check_memory_config(config: dict[str, Any], source: str = "config") -> None:
+    """memory.systems name store systems; their ingest model is a configured LLM."""
+    memory = config.get("memory") or {}
+    systems = memory.get("systems", [])
+    if not systems:
+        return
+    known = store_registry()
+    for name in systems:
+        if name not in known:
+            raise ConfigError(
+                f"{source}: memory.systems: unknown store system {name!r}; "
+                f"known: {', '.join(sorted(known))}"
+            )
+        if name in config.get("systems", []):
+            raise ConfigError(f"{source}: {name!r} is listed in both systems and memory.systems")
+    llm = config.get("llm")
+    if not llm:
+        raise ConfigError(
+            f"{source}: memory.systems needs an `llm` section: their ingest calls a model"
+        )
+    if memory.get("llm") not in llm.get("models", {}):
+        raise ConfigError(
+            f"{source}: memory.llm: model {memory.get('llm')!r} is not defined under llm.models"
+        )

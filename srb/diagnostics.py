@@ -1,13 +1,18 @@
-"""LLM-free retrieval diagnostics per cell: evidence recall@B and source-paper recall.
+"""LLM-free retrieval diagnostics per cell: evidence recall@B, evidence token coverage and
+source-paper recall.
 
 These need no model and no judge, so they stay trustworthy even when the synthesizer is tiny:
-evidence recall is the share of gold evidence characters that the restored context covers.
+evidence recall is the share of gold evidence characters that the restored context covers (unit
+systems only: it needs character spans). Evidence token coverage is the share of the gold
+evidence's content tokens found anywhere in the restored text, so it also measures systems that
+rewrite papers into facts or graph edges; it is computed for every system, for comparability.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -21,6 +26,38 @@ from srb.data.schema import Question
 from srb.tables import markdown_table
 
 Span = tuple[str, int, int]
+
+_TOKEN = re.compile(r"[a-z0-9]+(?:[.,][0-9]+)*")
+#: function words that carry no evidence (a short fixed list, so the metric is reproducible)
+STOPWORDS = frozenset(
+    "a an and are as at be been but by can could did do does for from had has have in into is "
+    "it its may might more most no not of on or our than that the their then there these they "
+    "this those to was we were what when which while who will with within without".split()
+)
+
+
+def content_tokens(text: str) -> set[str]:
+    """Lower-cased word and number tokens (decimals kept whole), without function words."""
+    return {
+        t
+        for t in _TOKEN.findall(text.lower())
+        if t not in STOPWORDS and (len(t) > 1 or t.isdigit())
+    }
+
+
+def evidence_token_coverage(
+    question: Question, record: dict[str, Any], paper_texts: dict[str, str]
+) -> float | None:
+    """Share of the gold evidence's content tokens present in the restored context; None (n/a)
+    when the question has no evidence passages or they hold no content token."""
+    if not question.evidence:
+        return None
+    gold: set[str] = set()
+    for e in question.evidence:
+        gold |= content_tokens(paper_texts[e.paper_id][e.start : e.end])
+    if not gold:
+        return None
+    return len(gold & content_tokens(record.get("context") or "")) / len(gold)
 
 
 def merge_spans(spans: Iterable[Span]) -> dict[str, list[tuple[int, int]]]:
@@ -53,7 +90,9 @@ def covered_chars(gold: Iterable[Span], retrieved: Iterable[Span]) -> tuple[int,
 
 
 def evidence_recall(question: Question, record: dict[str, Any]) -> float | None:
-    if not question.evidence:
+    """Share of the gold evidence characters restored; None (n/a) without evidence or when the
+    context is rewritten text with no character spans (a store system's facts)."""
+    if not question.evidence or any(s[1] is None for s in record["spans"]):
         return None
     gold = [(e.paper_id, e.start, e.end) for e in question.evidence]
     covered, total = covered_chars(gold, [tuple(s) for s in record["spans"]])
@@ -65,18 +104,23 @@ def source_paper_recall(question: Question, record: dict[str, Any]) -> float:
     return sum(p in got for p in question.paper_ids) / len(question.paper_ids)
 
 
-def cell_row(questions: dict[str, Question], cell_file: str | Path) -> dict[str, Any]:
+def cell_row(
+    questions: dict[str, Question], cell_file: str | Path, paper_texts: dict[str, str]
+) -> dict[str, Any]:
     records = [r for _, r in iter_jsonl(Path(cell_file))]
     unknown = [r["question_id"] for r in records if r["question_id"] not in questions]
     if unknown:
         raise ValueError(f"{cell_file}: questions not in the corpus: {unknown[:5]}")
     ev = [evidence_recall(questions[r["question_id"]], r) for r in records]
     ev_known = [v for v in ev if v is not None]
+    cov = [evidence_token_coverage(questions[r["question_id"]], r, paper_texts) for r in records]
+    cov_known = [v for v in cov if v is not None]
     requested = [r["requested_chars"] for r in records if r["requested_chars"] is not None]
     return {
         "n_questions": len(records),
         "n_with_evidence": len(ev_known),
         "evidence_recall": round(statistics.fmean(ev_known), 4) if ev_known else None,
+        "evidence_token_coverage": round(statistics.fmean(cov_known), 4) if cov_known else None,
         "source_paper_recall": round(
             statistics.fmean(source_paper_recall(questions[r["question_id"]], r) for r in records),
             4,
@@ -96,6 +140,7 @@ COLUMNS = [
     "n_questions",
     "n_with_evidence",
     "evidence_recall",
+    "evidence_token_coverage",
     "source_paper_recall",
     "mean_units",
     "mean_requested_chars",
@@ -145,9 +190,17 @@ def retrieval_table(
 
     With `verdict_files` (one per cell) each row carries its budget verdict; with `gate: fail`
     any off-budget cell or inert knob raises BudgetError after the tables are written."""
-    questions = {q.id: q for q in load_canonical(corpus_dir).questions}
+    corpus = load_canonical(corpus_dir)
+    questions = {q.id: q for q in corpus.questions}
+    texts = {p.id: p.text for p in corpus.papers}
     rows = [
-        {"corpus": corpus_name, "system": s, "modality": m, "budget": b, **cell_row(questions, f)}
+        {
+            "corpus": corpus_name,
+            "system": s,
+            "modality": m,
+            "budget": b,
+            **cell_row(questions, f, texts),
+        }
         for s, m, b, f in cells
     ]
     failures: list[str] = []
@@ -165,7 +218,10 @@ def retrieval_table(
         fh.write(f"# Retrieval diagnostics: {corpus_name}\n\n")
         fh.write(
             "LLM-free. evidence_recall = share of gold evidence characters inside the restored "
-            "context; source_paper_recall = share of the question's source papers touched.\n\n"
+            "context (n/a for systems that rewrite text: no character spans); "
+            "evidence_token_coverage = share of the gold evidence's content tokens found in the "
+            "restored text (every system); source_paper_recall = share of the question's source "
+            "papers touched.\n\n"
         )
         fh.write(markdown_table(rows, COLUMNS[1:]))
         if failures:

@@ -101,10 +101,13 @@ class Restored:
         return sum(len(t) for t in self.texts)
 
     def to_record(self, units: Mapping[str, Unit], separator: str = "\n\n") -> dict[str, Any]:
-        spans = []
+        spans: list[list[Any]] = []
         for (uid, _), text in zip(self.hits, self.texts, strict=True):
             u = units[uid]
-            spans.append([u.paper_id, u.start, u.start + len(text)])
+            if u.start is None:  # a store system's rewritten item: its papers, no characters
+                spans.extend([paper, None, None] for paper in u.sources)
+            else:
+                spans.append([u.paper_id, u.start, u.start + len(text)])
         return {
             "question_id": self.question_id,
             "unit_ids": [uid for uid, _ in self.hits],

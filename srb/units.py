@@ -22,14 +22,27 @@ _HEADING = re.compile(r"^(?:#{1,6}[ \t]+\S.*|[A-Z][A-Z0-9 .,/&()'\-]{2,80}:[ \t]
 
 @dataclass(frozen=True)
 class Unit:
+    """A retrievable unit. Store systems' items (rewritten text: facts, graph edges) have no
+    span (`start`/`end` None) and may come from several papers (`paper_ids`)."""
+
     id: str
     paper_id: str
-    start: int
-    end: int
+    start: int | None
+    end: int | None
     text: str
+    paper_ids: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if not self.paper_ids:
+            del out["paper_ids"]
+        else:
+            out["paper_ids"] = list(self.paper_ids)
+        return out
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self.paper_ids or (self.paper_id,)
 
 
 def _snap_to_space(text: str, start: int, end: int, slack: float = 0.15) -> int:
@@ -113,4 +126,11 @@ def make_units(
 
 
 def unit_from_dict(rec: dict[str, Any]) -> Unit:
-    return Unit(rec["id"], rec["paper_id"], rec["start"], rec["end"], rec["text"])
+    return Unit(
+        rec["id"],
+        rec["paper_id"],
+        rec["start"],
+        rec["end"],
+        rec["text"],
+        tuple(rec.get("paper_ids") or ()),
+    )

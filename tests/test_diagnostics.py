@@ -14,8 +14,10 @@ from srb.data.schema import Corpus, EvidenceSpan, Paper, Question
 from srb.diagnostics import (
     COLUMNS,
     cell_row,
+    content_tokens,
     covered_chars,
     evidence_recall,
+    evidence_token_coverage,
     merge_spans,
     retrieval_table,
     source_paper_recall,
@@ -139,21 +141,25 @@ def tiny(tmp_path: Path) -> tuple[Path, list[tuple[str, str, str, Path]]]:
 
 def test_cell_row_by_hand(tiny) -> None:
     cdir, cells = tiny
-    questions = {x.id: x for x in load_canonical(cdir).questions}
-    assert cell_row(questions, cells[0][3]) == {
+    corpus = load_canonical(cdir)
+    questions = {x.id: x for x in corpus.questions}
+    texts = {p.id: p.text for p in corpus.papers}
+    assert cell_row(questions, cells[0][3], texts) == {
         "n_questions": 3,
         "n_with_evidence": 2,
         "evidence_recall": 0.75,  # (0.5 + 1.0) / 2
+        "evidence_token_coverage": 0.0,  # the records' context text is empty
         "source_paper_recall": 0.5,  # (1 + 0.5 + 0) / 3
         "mean_units": 0.67,  # 2 / 3
         "mean_requested_chars": None,
         "mean_achieved_chars": 10,  # (20 + 10 + 0) / 3
         "n_empty_context": 1,
     }
-    assert cell_row(questions, cells[1][3]) == {
+    assert cell_row(questions, cells[1][3], texts) == {
         "n_questions": 3,
         "n_with_evidence": 2,
         "evidence_recall": 0.625,  # (0.75 + 0.5) / 2
+        "evidence_token_coverage": 0.0,
         "source_paper_recall": 1.0,
         "mean_units": 2.0,  # (3 + 2 + 1) / 3
         "mean_requested_chars": 40,
@@ -167,7 +173,7 @@ def test_cell_row_rejects_unknown_question(tiny, tmp_path: Path) -> None:
     f = tmp_path / "bad.jsonl"
     f.write_text(json.dumps(rec("q99", [])) + "\n")
     with pytest.raises(ValueError, match="q99"):
-        cell_row({"q1": q("q1", ("p1",))}, f)
+        cell_row({"q1": q("q1", ("p1",))}, f, {})
 
 
 def test_retrieval_table_writes_csv_and_markdown(tiny, tmp_path: Path) -> None:
@@ -189,6 +195,7 @@ def test_retrieval_table_writes_csv_and_markdown(tiny, tmp_path: Path) -> None:
         "n_questions": "3",
         "n_with_evidence": "2",
         "evidence_recall": "0.75",
+        "evidence_token_coverage": "0.0",
         "source_paper_recall": "0.5",
         "mean_units": "0.67",
         "mean_requested_chars": "",
@@ -211,11 +218,11 @@ def test_retrieval_table_writes_csv_and_markdown(tiny, tmp_path: Path) -> None:
     header = "| " + " | ".join(COLUMNS[1:]) + " |"
     i = lines.index(header)
     assert lines[i + 1] == "|" + "---|" * (len(COLUMNS) - 1)
-    row2 = "| simple_rag | bm25 | native | 3 | 2 | 0.75 | 0.5 | 0.67 | – | 10 | 1 | – | – |"
+    row2 = "| simple_rag | bm25 | native | 3 | 2 | 0.75 | 0.0 | 0.5 | 0.67 | – | 10 | 1 | – | – |"
     assert lines[i + 2] == row2
     assert (
         lines[i + 3]
-        == "| simple_rag | hybrid | 10K | 3 | 2 | 0.625 | 1.0 | 2.0 | 40 | 39 | 0 | – | – |"
+        == "| simple_rag | hybrid | 10K | 3 | 2 | 0.625 | 0.0 | 1.0 | 2.0 | 40 | 39 | 0 | – | – |"
     )
     assert len(lines) == i + 4
     # no temporary files left beside the outputs
@@ -237,4 +244,28 @@ def test_retrieval_table_all_without_evidence(tmp_path: Path) -> None:
     assert rows[0]["evidence_recall"] is None
     assert rows[0]["n_with_evidence"] == 0
     assert rows[0]["source_paper_recall"] == 1.0
-    assert "| paper_rag | dense | native | 1 | 0 | – | 1.0 |" in (tmp_path / "t.md").read_text()
+    assert "| paper_rag | dense | native | 1 | 0 | – | – | 1.0 |" in (tmp_path / "t.md").read_text()
+
+
+# ---------------------------------------------------------------------- text-level coverage
+
+
+def test_content_tokens_keep_numbers_whole_and_drop_function_words() -> None:
+    assert content_tokens("The HR was 0.82 (95% CI, 0.70-0.96) in the treated group.") == {
+        "hr", "0.82", "95", "ci", "0.70", "0.96", "treated", "group"
+    }  # fmt: skip
+
+
+def test_evidence_token_coverage_reads_rewritten_text() -> None:
+    text = "Mortality fell from 12% to 8% with aspirin."
+    paper_texts = {"p1": "Intro. " + text + " More."}
+    question = q("q1", ("p1",), (("p1", 7, 7 + len(text)),))
+    # gold content tokens: mortality fell 12 8 aspirin (5; "from" and "with" are function
+    # words); the rewritten fact keeps 4 of them
+    fact = {
+        "context": "Aspirin lowered mortality from 12 to 8 percent.",
+        "spans": [["p1", None, None]],
+    }
+    assert evidence_token_coverage(question, fact, paper_texts) == 0.8
+    assert evidence_recall(question, fact) is None  # no character spans: n/a, never 0
+    assert evidence_token_coverage(q("q2", ("p1",)), fact, paper_texts) is None

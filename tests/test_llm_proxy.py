@@ -119,7 +119,9 @@ def test_streaming_is_refused_clearly(tmp_path):
 def test_embeddings_are_the_packaged_encoders_vectors_in_both_encodings(tmp_path):
     encoder = Encoder("minilm", cache_path=tmp_path / "emb.sqlite")
     texts = ["BM25 is a lexical ranking function.", "Mem0 extracts atomic facts."]
-    with serve_endpoint(client_for(tmp_path, RecordingBackend()), Embedder(encoder, "minilm")) as ep:
+    with serve_endpoint(
+        client_for(tmp_path, RecordingBackend()), Embedder(encoder, "minilm")
+    ) as ep:
         api = openai.OpenAI(base_url=ep.base_url, api_key="unused", max_retries=0)
         # the openai client asks for base64 by default and decodes it itself
         got = api.embeddings.create(model="minilm", input=texts)
@@ -133,3 +135,16 @@ def test_embeddings_are_the_packaged_encoders_vectors_in_both_encodings(tmp_path
     assert stats["embedded_texts"] == 3  # the refused request is a failure, not an embedding
     assert stats["failed_requests"] == 1
     assert stats["encoded_texts"] == 2  # the repeat came from the embedding cache
+
+
+def test_truncated_and_unparseable_json_answers_are_counted() -> None:
+    from srb.llm.proxy import response_defects
+
+    def answer(text: str, finish: str = "stop") -> dict:
+        return {"choices": [{"message": {"content": text}, "finish_reason": finish}]}
+
+    wants_json = {"response_format": {"type": "json_object"}}
+    assert response_defects(wants_json, answer('{"memory": []}')) == (False, False)
+    assert response_defects(wants_json, answer('```json\n{"a": 1}\n```')) == (False, False)
+    assert response_defects(wants_json, answer('{"memory": [{"te', "length")) == (True, True)
+    assert response_defects({}, answer("plain text, cut", "length")) == (True, False)

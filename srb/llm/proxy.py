@@ -39,6 +39,8 @@ class EndpointStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     failed_requests: int = 0
+    truncated_responses: int = 0  # finish_reason "length": the model hit max_tokens
+    invalid_json_responses: int = 0  # JSON was asked for (response_format) and is not parseable
     embedding_requests: int = 0
     embedded_texts: int = 0
     encoded_texts: int = 0  # embedding cache misses actually run through the encoder
@@ -111,7 +113,12 @@ class CachingEndpoint:
             log.warning("chat request failed: %s", exc)
             return (exc.status or 502), _error(str(exc))
         usage = response.get("usage") or {}
+        truncated, invalid = response_defects(body, response)
+        if invalid:
+            log.warning("a JSON response does not parse (truncated: %s)", truncated)
         self._count(
+            truncated_responses=int(truncated),
+            invalid_json_responses=int(invalid),
             chat_requests=1,
             chat_cache_hits=int(cached),
             model_calls=int(not cached),
@@ -126,7 +133,9 @@ class CachingEndpoint:
         raw = body.get("input")
         texts = [raw] if isinstance(raw, str) else raw
         if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-            return 400, _error("input must be a string or a list of strings (token ids are not accepted)")
+            return 400, _error(
+                "input must be a string or a list of strings (token ids are not accepted)"
+            )
         vectors, encoded = self.embedder.embed(texts)
         dims = body.get("dimensions")
         if dims is not None and int(dims) != vectors.shape[1]:
@@ -199,6 +208,23 @@ class CachingEndpoint:
                     self._send(500, _error(f"{type(exc).__name__}: {exc}"))
 
         return Handler
+
+
+def response_defects(body: dict[str, Any], response: dict[str, Any]) -> tuple[bool, bool]:
+    """(cut at max_tokens, JSON asked for but unparseable): libraries such as Mem0 log such an
+    extraction and drop it, so the endpoint counts them for the ingest log."""
+    choices = response.get("choices") or [{}]
+    truncated = choices[0].get("finish_reason") == "length"
+    fmt = (body.get("response_format") or {}).get("type")
+    if fmt not in ("json_object", "json_schema"):
+        return truncated, False
+    text = ((choices[0].get("message") or {}).get("content") or "").strip()
+    text = text.removeprefix("```json").removeprefix("```").removesuffix("```").strip()
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return truncated, True
+    return truncated, False
 
 
 def _error(message: str) -> dict[str, Any]:

@@ -1,0 +1,141 @@
+# Memory systems that own their store (srb/systems/store.py): Mem0, Graphiti, ...
+# Ingest runs the library on the memory slice with every model call on the caching endpoint;
+# restore re-queries the finished store with the library's own knob for every budget.
+
+
+rule ingest_store:
+    """The library ingests the slice into a staging store, moved into place when done; its
+    items are exported in the units format and the ingest log records cost and failures.
+    """
+    input:
+        papers="results/{corpus}/corpus/papers.jsonl",
+        questions="results/{corpus}/corpus/questions.jsonl",
+        model=lambda wc: model_card(MEMORY["llm"]),
+    output:
+        store=directory("results/{corpus}/store/{system}"),
+        store_items="results/{corpus}/units/{system}.jsonl",
+        ingest_log="results/{corpus}/units/{system}.ingest.json",
+    log:
+        "results/logs/ingest_store/{corpus}/{system}.log",
+    benchmark:
+        "results/benchmarks/ingest_store/{corpus}/{system}.tsv"
+    wildcard_constraints:
+        system=STORE_PATTERN,
+    conda:
+        "../envs/srb.yaml"
+    threads: 1
+    resources:
+        mem_mb=6000,
+        runtime=600,
+    params:
+        memory=MEMORY,
+        llm=memory_llm_params,
+        dense=config["dense"],
+    script:
+        "../workflow/scripts/ingest_store.py"
+
+
+rule doctor_store:
+    """The six checks adapted to a store: probes of the slice through the cells' search path."""
+    input:
+        questions="results/{corpus}/corpus/questions.jsonl",
+        store="results/{corpus}/store/{system}",
+        store_items="results/{corpus}/units/{system}.jsonl",
+        ingest_log="results/{corpus}/units/{system}.ingest.json",
+        bm25=lambda wc: store_bm25_index(wc, STORE_MODALITIES[wc.system]),
+        model=lambda wc: model_card(MEMORY["llm"]),
+    output:
+        report=report(
+            "results/{corpus}/doctor/{system}.json",
+            caption="../report/doctor.rst",
+            category="Doctor",
+        ),
+    log:
+        "results/logs/doctor/{corpus}/{system}.log",
+    wildcard_constraints:
+        system=STORE_PATTERN,
+    conda:
+        "../envs/srb.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        probes=config["doctor"]["probes"],
+        memory=MEMORY,
+        llm=memory_llm_params,
+        dense=config["dense"],
+        bm25={"k1": config["bm25"]["k1"], "b": config["bm25"]["b"]},
+        budgets=BUDGETS,
+        tolerance=config["budget_tolerance"],
+        depth=config["retrieval"]["depth"],
+        rrf_k=config["retrieval"]["rrf_k"],
+    script:
+        "../workflow/scripts/doctor_store.py"
+
+
+rule restore_store:
+    """Every budget's cell of one store system/modality, each with its budget verdict."""
+    input:
+        questions="results/{corpus}/corpus/questions.jsonl",
+        store="results/{corpus}/store/{system}",
+        store_items="results/{corpus}/units/{system}.jsonl",
+        bm25=lambda wc: store_bm25_index(wc, [wc.modality]),
+        doctor="results/{corpus}/doctor/{system}.json",
+        model=lambda wc: model_card(MEMORY["llm"]),
+    output:
+        cells=expand(
+            "results/{{corpus}}/retrieval/{{system}}/{{modality}}/{budget}.jsonl",
+            budget=BUDGETS,
+        ),
+        verdicts=expand(
+            "results/{{corpus}}/retrieval/{{system}}/{{modality}}/{budget}.budget.json",
+            budget=BUDGETS,
+        ),
+    log:
+        "results/logs/restore_store/{corpus}/{system}/{modality}.log",
+    wildcard_constraints:
+        system=STORE_PATTERN,
+    conda:
+        "../envs/srb.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        memory=MEMORY,
+        llm=memory_llm_params,
+        dense=config["dense"],
+        bm25={"k1": config["bm25"]["k1"], "b": config["bm25"]["b"]},
+        budgets=BUDGETS,
+        mode=config["budget_mode"],
+        tolerance=config["budget_tolerance"],
+        gate=config["budget_gate"],
+        depth=config["retrieval"]["depth"],
+        rrf_k=config["retrieval"]["rrf_k"],
+    script:
+        "../workflow/scripts/restore_store.py"
+
+
+rule ingest_cost:
+    """What each store system's ingest cost: calls, tokens, items, failed papers, wall time."""
+    input:
+        logs=expand(
+            "results/{{corpus}}/units/{system}.ingest.json", system=STORE_SYSTEMS
+        ),
+    output:
+        csv=report(
+            "results/{corpus}/diagnostics/ingest_cost.csv",
+            caption="../report/ingest_cost.rst",
+            category="Retrieval",
+        ),
+        md="results/{corpus}/diagnostics/ingest_cost.md",
+    log:
+        "results/logs/ingest_cost/{corpus}.log",
+    conda:
+        "../envs/srb.yaml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    script:
+        "../workflow/scripts/ingest_cost.py"

@@ -1,0 +1,283 @@
+"""Ingest into and restore from memory systems that own their store (srb.systems.store).
+
+Ingest: every paper of the memory slice goes into a staging store through the library, with
+every model call on the caching endpoint; a paper that raises is retried a bounded number of
+times, then recorded as failed (never silently dropped). The finished store is moved into place
+only when ingest ends, and everything stored is exported as items in the units format, so BM25,
+restore, diagnostics, synthesis and judging treat them like any system's units.
+
+Restore: every (modality, budget) cell re-queries the already-ingested store with the library's
+own knob; budgeted knobs are calibrated from the native run's mean characters per item, the
+achieved size is checked against the budget (srb.budget_check) and an overshooting knob is
+reported (`knob_limited`), as the paper reported Graphiti's per-channel limits.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from srb.atomic import atomic_directory, write_json, write_jsonl
+from srb.budget_check import BudgetError, BudgetVerdict, cell_verdict, knob_limited
+from srb.data.schema import Corpus, Paper, Question
+from srb.retrieve import (
+    Hit,
+    Restored,
+    budget_cap,
+    calibrated_top_k,
+    cap_restored,
+    mean_unit_chars,
+    parse_budget,
+    restore_packed,
+    rrf,
+)
+from srb.systems.store import Endpoint, Item, StoreHandle, StoreSystem
+from srb.units import Unit
+
+log = logging.getLogger(__name__)
+
+
+def memory_slice(corpus: Corpus, n_papers: int | None) -> tuple[list[Paper], list[Question]]:
+    """The `n_papers` shortest papers (ties by id; all when None) and the questions whose source
+    papers all lie among them: LLM ingest is the costly step, so the default runs a slice."""
+    papers = sorted(corpus.papers, key=lambda p: (len(p.text), p.id))
+    chosen = papers if n_papers is None else papers[:n_papers]
+    ids = {p.id for p in chosen}
+    questions = [q for q in corpus.questions if set(q.paper_ids) <= ids]
+    return sorted(chosen, key=lambda p: p.id), questions
+
+
+# ---------------------------------------------------------------------------------- ingest
+
+
+@dataclass
+class PaperIngest:
+    paper_id: str
+    chars: int
+    attempts: int
+    reported_items: int | None
+    error: str | None
+    seconds: float
+    exported_items: int = 0
+
+
+@contextmanager
+def memory_endpoint(
+    llm: Mapping[str, Any], model: str, dense: Mapping[str, Any]
+) -> Iterator[tuple[Endpoint, Any]]:
+    """The caching endpoint for `model` (chat) and the configured encoder (embeddings)."""
+    from srb.index.dense import Encoder
+    from srb.llm.proxy import Embedder, serve_endpoint
+    from srb.llm.session import open_client
+
+    client, _ = open_client(dict(llm), model)
+    encoder = Encoder(dense["encoder"], threads=1, cache_path=dense.get("cache"))
+    with serve_endpoint(client, Embedder(encoder, dense["encoder"])) as server:
+        yield Endpoint(server.base_url, model, dense["encoder"], encoder.dim), server
+
+
+def _ingest_one(
+    system: StoreSystem, paper: Paper, store: Path, endpoint: Endpoint, retries: int
+) -> PaperIngest:
+    started = time.perf_counter()
+    error = None
+    for attempt in range(1, retries + 2):
+        try:
+            n = system.ingest_paper(paper, store, endpoint)
+            log.info("%s: paper %s: %d item(s) (attempt %d)", system.name, paper.id, n, attempt)
+            return PaperIngest(
+                paper.id, len(paper.text), attempt, n, None, time.perf_counter() - started
+            )
+        except Exception as exc:  # the library's failure: retried, then recorded and counted
+            error = f"{type(exc).__name__}: {exc}"
+            log.warning(
+                "%s: paper %s failed (attempt %d/%d): %s\n%s",
+                system.name,
+                paper.id,
+                attempt,
+                retries + 1,
+                error,
+                traceback.format_exc(limit=3),
+            )
+    return PaperIngest(
+        paper.id, len(paper.text), retries + 1, None, error, time.perf_counter() - started
+    )
+
+
+def ingest_store(
+    system: StoreSystem,
+    papers: Sequence[Paper],
+    store_dir: str | Path,
+    items_out: str | Path,
+    log_out: str | Path,
+    endpoint: Endpoint,
+    stats: Callable[[], dict[str, int]],
+    retries: int = 2,
+    concurrency: int = 1,
+    meta: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Ingest `papers` into a new store at `store_dir`; write the items and the ingest log."""
+    system.check_installed()
+    started = time.perf_counter()
+    with atomic_directory(store_dir) as staging:
+        system.prepare(staging, endpoint)
+        try:
+            workers = max(1, concurrency if system.concurrent_papers else 1)
+            with ThreadPoolExecutor(workers) as pool:
+                outcomes = list(
+                    pool.map(lambda p: _ingest_one(system, p, staging, endpoint, retries), papers)
+                )
+        finally:
+            system.finish(staging, endpoint)
+        handle = system.open(staging, endpoint)
+        try:
+            items = handle.items()
+        finally:
+            handle.close()
+        per_paper: dict[str, int] = {}
+        for item in items:
+            for pid in item.paper_ids:
+                per_paper[pid] = per_paper.get(pid, 0) + 1
+        for o in outcomes:
+            o.exported_items = per_paper.get(o.paper_id, 0)
+        write_jsonl(items_out, (i.to_unit_record() for i in items))
+        failed = [o for o in outcomes if o.error]
+        record = {
+            "system": system.name,
+            **dict(meta or {}),
+            "papers": len(papers),
+            "papers_failed": len(failed),
+            "papers_without_items": sorted(o.paper_id for o in outcomes if not o.exported_items),
+            "items_stored": len(items),
+            "items_by_kind": _count_kinds(items),
+            "model_calls": stats(),
+            "wall_s": round(time.perf_counter() - started, 1),
+            "per_paper": [asdict(o) for o in outcomes],
+            "failed": [{"paper_id": o.paper_id, "error": o.error} for o in failed],
+        }
+        write_json(log_out, record)
+    log.info(
+        "%s: %d item(s) from %d paper(s), %d failed, %s",
+        system.name,
+        len(items),
+        len(papers),
+        len(failed),
+        record["model_calls"],
+    )
+    return record
+
+
+def _count_kinds(items: Sequence[Item]) -> dict[str, int]:
+    kinds: dict[str, int] = {}
+    for item in items:
+        kinds[item.kind] = kinds.get(item.kind, 0) + 1
+    return dict(sorted(kinds.items()))
+
+
+# ---------------------------------------------------------------------------------- restore
+
+
+class StoreRanker:
+    """One modality's ranking of a query at a knob value: the library's own search, or for a
+    modality the workflow fuses (Mem0 + BM25) RRF of the library's ranking and Pyserini BM25
+    over the exported items, cut at the knob."""
+
+    def __init__(
+        self,
+        system: StoreSystem,
+        handle: StoreHandle,
+        units: Mapping[str, Unit],
+        bm25: Callable[[str, int], list[Hit]] | None = None,
+        depth: int = 100,
+        rrf_k: int = 60,
+    ):
+        self.system, self.handle, self.units = system, handle, units
+        self.bm25, self.depth, self.rrf_k = bm25, depth, rrf_k
+
+    def fused(self, modality: str) -> bool:
+        return modality in getattr(self.system, "bm25_fused", ())
+
+    def rank(self, query: str, modality: str, knob: int) -> list[Hit]:
+        if not self.fused(modality):
+            found = self.handle.search(query, modality, knob)
+            return [(i.item_id, i.score) for i in found]
+        if self.bm25 is None:
+            raise ValueError(f"{self.system.name}/{modality} fuses BM25, but no BM25 index given")
+        dense = [(i.item_id, i.score) for i in self.handle.search(query, "dense", self.depth)]
+        return rrf([dense, self.bm25(query, self.depth)], k=self.rrf_k, depth=knob)
+
+    def restore(
+        self, qid: str, query: str, modality: str, knob: int, requested: int | None
+    ) -> Restored:
+        hits = [h for h in self.rank(query, modality, knob) if h[0] in self.units]
+        return Restored(qid, hits, [self.units[h[0]].text for h in hits], requested, knob, False)
+
+
+def restore_store_cells(
+    ranker: StoreRanker,
+    questions: Sequence[Question],
+    modality: str,
+    budgets: Sequence[str],
+    mode: str,
+    cell_outs: Sequence[str | Path],
+    verdict_outs: Sequence[str | Path],
+    tolerance: float = 0.25,
+    gate: str = "fail",
+    where: str = "",
+) -> dict[str, BudgetVerdict | None]:
+    """Every budget's cell of one store system/modality, each with its verdict (see module)."""
+    system = ranker.system
+    native = [
+        ranker.restore(q.id, q.question, modality, system.native_knob, None) for q in questions
+    ]
+    native_records = [c.to_record(ranker.units) for c in native]
+    verdicts: dict[str, BudgetVerdict | None] = {}
+    for budget, cell_out, verdict_out in zip(budgets, cell_outs, verdict_outs, strict=True):
+        requested = parse_budget(budget)
+        if requested is None:
+            write_jsonl(cell_out, native_records)
+            write_json(verdict_out, {"requested": None, "status": "native",
+                                     system.knob_name: system.native_knob})  # fmt: skip
+            verdicts[budget] = None
+            continue
+        if mode == "pack":
+            deep = [ranker.restore(q.id, q.question, modality, ranker.depth, requested)
+                    for q in questions]  # fmt: skip
+            cells = [restore_packed(c.question_id, c.hits, ranker.units, requested) for c in deep]
+            verdict = cell_verdict(cells, [len(c.hits) for c in deep], requested, tolerance)
+        else:
+            mean_item = mean_unit_chars(native_records)
+            knob = calibrated_top_k(requested, mean_item)
+            raw = [ranker.restore(q.id, q.question, modality, knob, requested) for q in questions]
+            cap = budget_cap(requested, tolerance)
+            cells = [cap_restored(c, cap) for c in raw]
+            from srb.retrieve import Calibration
+
+            calibration = Calibration(requested, mean_item, knob, cap)
+            # a store's result list is as long as the library made it: "ran short" = fewer
+            # items than the knob asked for, so the store held no more
+            verdict = cell_verdict(cells, [len(c.hits) for c in raw], requested, tolerance,
+                                   calibration)  # fmt: skip
+            knob_mean = sum(c.achieved_chars for c in raw) / max(1, len(raw))
+            verdict = knob_limited(verdict, knob_mean, tolerance)
+        write_jsonl(cell_out, (c.to_record(ranker.units) for c in cells))
+        write_json(verdict_out, verdict.to_dict())
+        log.info(
+            "%s budget %s: %s (%s)", where or system.name, budget, verdict.status, verdict.reason
+        )
+        verdicts[budget] = verdict
+    failed = [(b, v) for b, v in verdicts.items() if v is not None and v.failed]
+    if failed and gate == "fail":
+        lines = "\n".join(f"  budget {b}: {v.status}: {v.reason}" for b, v in failed)
+        raise BudgetError(
+            f"budget gate: {where or system.name}: {len(failed)} cell(s) off budget\n{lines}\n"
+            "  (budget_gate: warn records them in the diagnostics instead of failing)"
+        )
+    return verdicts

@@ -1,0 +1,210 @@
+"""Mem0 (`mem0ai`, pinned in envs/mem0.txt) as the paper ran it: ~6K-character chunks, each
+added with `add(infer=True)` (its LLM extraction of atomic facts against the memories already
+stored), a local Qdrant store, searched with `Memory.search(top_k=...)`.
+
+Offline workarounds, each tested in tests/test_mem0_system.py:
+- telemetry off (`MEM0_TELEMETRY=False`, which also stops a notices fetch);
+- the extraction prompt embeds today's date, so the same paper would be a different model call
+  (a cache miss) on another day: the date is pinned to `REFERENCE_DATE` while mem0 runs;
+- Mem0's own BM25 needs fastembed (a hub download): off here, so its `dense` is what Mem0 does
+  out of the box offline, and `hybrid` is srb's Pyserini BM25 over the exported facts fused with
+  Mem0's ranking by RRF (the paper used fastembed; see README).
+
+Every paper is its own Mem0 run scope (`run_id` = paper id, one `user_id` for the corpus): a
+paper's chunks see only that paper's memories, so papers ingest concurrently and a rerun sends
+the identical prompts (zero model calls on a warm cache).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from srb.data.schema import Paper
+from srb.systems.store import Endpoint, Item, StoreHandle, StoreSystem
+from srb.units import window_spans
+
+# before mem0 is first imported anywhere in the process: its telemetry client reads this then
+os.environ["MEM0_TELEMETRY"] = "False"
+
+USER_ID = "corpus"
+COLLECTION = "srb"
+CHUNK_CHARS = 6000
+REFERENCE_DATE = _dt.date(2026, 1, 1)  # the date Mem0's prompts see (not the wall clock)
+_date_lock = threading.Lock()
+
+
+class _PinnedDatetime(_dt.datetime):
+    """`datetime` whose now() is REFERENCE_DATE at midnight UTC."""
+
+    @classmethod
+    def now(cls, tz: _dt.tzinfo | None = None) -> _dt.datetime:  # type: ignore[override]
+        moment = _dt.datetime(REFERENCE_DATE.year, REFERENCE_DATE.month, REFERENCE_DATE.day)
+        return moment.replace(tzinfo=tz) if tz else moment
+
+
+@contextmanager
+def pinned_prompt_date() -> Iterator[None]:
+    """Mem0's prompt builders read `datetime.now()` from their module: pin it for the block."""
+    import mem0.configs.prompts as prompts
+
+    with _date_lock:
+        original = prompts.datetime
+        prompts.datetime = _PinnedDatetime
+    try:
+        yield
+    finally:
+        with _date_lock:
+            prompts.datetime = original
+
+
+def mem0_config(store_dir: Path, endpoint: Endpoint) -> dict[str, Any]:
+    return {
+        "llm": {
+            "provider": "openai",
+            "config": {
+                "model": endpoint.chat_model,
+                "openai_base_url": endpoint.base_url,
+                "api_key": "srb-local-endpoint",
+                "temperature": 0,
+                "max_tokens": 2000,
+            },
+        },
+        "embedder": {
+            "provider": "openai",
+            "config": {
+                "model": endpoint.embedding_model,
+                "openai_base_url": endpoint.base_url,
+                "api_key": "srb-local-endpoint",
+                "embedding_dims": endpoint.embedding_dims,
+            },
+        },
+        "vector_store": {
+            "provider": "qdrant",
+            "config": {
+                "path": str(store_dir / "qdrant"),
+                "collection_name": COLLECTION,
+                "embedding_model_dims": endpoint.embedding_dims,
+                "on_disk": True,
+            },
+        },
+        "history_db_path": str(store_dir / "history.db"),
+    }
+
+
+def item_id(paper_id: str, text: str) -> str:
+    """A stable id for a fact (Mem0's own ids are random uuids)."""
+    return "mem0-" + hashlib.sha256(f"{paper_id}\0{text}".encode()).hexdigest()[:16]
+
+
+def paper_chunks(paper: Paper) -> list[str]:
+    return [paper.text[s:e] for s, e in window_spans(paper.text, CHUNK_CHARS, 0)]
+
+
+def _environment() -> None:
+    os.environ["MEM0_TELEMETRY"] = "False"
+
+
+class Mem0Handle(StoreHandle):
+    def __init__(self, memory: Any):
+        self.memory = memory
+
+    def _item(self, payload: dict[str, Any], score: float) -> Item:
+        text = payload.get("data") or payload.get("memory") or ""
+        paper = payload.get("paper_id") or payload.get("run_id") or ""
+        return Item(item_id(paper, text), text, (paper,) if paper else (), "fact", float(score))
+
+    def items(self) -> list[Item]:
+        records, _ = self.memory.vector_store.client.scroll(
+            collection_name=COLLECTION, limit=1_000_000, with_payload=True, with_vectors=False
+        )
+        found = {}
+        for rec in records:
+            item = self._item(rec.payload or {}, 0.0)
+            found[item.item_id] = item
+        return [found[k] for k in sorted(found)]
+
+    def search(self, query: str, modality: str, knob: int) -> list[Item]:
+        if modality not in ("dense", "hybrid"):
+            raise ValueError(f"mem0 has no modality {modality!r} (dense, hybrid)")
+        with pinned_prompt_date():
+            found = self.memory.search(query, filters={"user_id": USER_ID}, top_k=knob)
+        out = []
+        for r in found.get("results", []):
+            payload = {
+                **(r.get("metadata") or {}),
+                "data": r.get("memory"),
+                "run_id": r.get("run_id"),
+            }
+            out.append(self._item(payload, r.get("score") or 0.0))
+        return out
+
+    def close(self) -> None:
+        client = getattr(self.memory.vector_store, "client", None)
+        if client is not None:
+            client.close()
+
+
+class Mem0System(StoreSystem):
+    name = "mem0"
+    description = "Mem0: LLM-extracted atomic facts from ~6K-char chunks, Qdrant, dense search"
+    modalities = ("dense", "hybrid")
+    native_knob = 20  # Memory.search's default top_k
+    knob_name = "top_k"
+    requirements = "mem0.txt"
+    #: modalities whose ranking the workflow fuses with its own BM25 over the exported items
+    bm25_fused = ("hybrid",)
+
+    def __init__(self) -> None:
+        self._memories: dict[Path, Any] = {}
+        self._lock = threading.Lock()
+
+    def _memory(self, store_dir: Path, endpoint: Endpoint) -> Any:
+        with self._lock:
+            if store_dir not in self._memories:
+                _environment()
+                from mem0 import Memory
+
+                self._memories[store_dir] = Memory.from_config(mem0_config(store_dir, endpoint))
+            return self._memories[store_dir]
+
+    def prepare(self, store_dir: Path, endpoint: Endpoint) -> None:
+        self._memory(store_dir, endpoint)
+
+    def ingest_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> int:
+        memory = self._memory(store_dir, endpoint)
+        stored = 0
+        for i, chunk in enumerate(paper_chunks(paper)):
+            with pinned_prompt_date():
+                result = memory.add(
+                    chunk,
+                    user_id=USER_ID,
+                    run_id=paper.id,
+                    metadata={"paper_id": paper.id, "chunk": i},
+                    infer=True,
+                )
+            stored += sum(1 for r in result.get("results", []) if r.get("event") == "ADD")
+        return stored
+
+    def finish(self, store_dir: Path, endpoint: Endpoint) -> None:
+        with self._lock:
+            memory = self._memories.pop(store_dir, None)
+        if memory is not None:
+            Mem0Handle(memory).close()
+
+    def open(self, store_dir: Path, endpoint: Endpoint) -> StoreHandle:
+        _environment()
+        from mem0 import Memory
+
+        if not (store_dir / "qdrant").is_dir():
+            raise FileNotFoundError(f"mem0: no Qdrant store under {store_dir}")
+        return Mem0Handle(Memory.from_config(mem0_config(store_dir, endpoint)))
+
+
+SYSTEM = Mem0System()

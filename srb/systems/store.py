@@ -1,0 +1,150 @@
+"""The contract for memory systems that own their store (Mem0, Graphiti, and those to come).
+
+Unit systems (`SystemSpec`) are exact character spans indexed by the workflow. A store system
+instead rewrites papers with an LLM at ingest, keeps its own store and answers through its own
+search API. The workflow only needs three things from one, each implemented in its module:
+
+- `ingest_paper`: put one paper into the store directory (the workflow handles retries,
+  per-paper failure records, the temporary directory and the ingest log);
+- `open` -> a `StoreHandle` whose `items()` exports everything stored (for the item count,
+  the BM25 channel and the ingest-cost table) and whose `search(query, channel, knob)` is the
+  library's own retrieval with its own budget knob;
+- its `modalities`: the retrieval modes it supports (Mem0: dense, hybrid; Graphiti: native,
+  kg_only), so the grid expands per system.
+
+Every model call the library makes goes to `endpoint` (srb.llm.proxy), never elsewhere.
+Adding a system is one module defining `SYSTEM = <StoreSystem subclass>()`, its
+`envs/<name>.txt` and config.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from srb.data.schema import Paper
+from srb.errors import ConfigError
+
+ENVS_DIR = Path(__file__).resolve().parents[2] / "envs"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One retrievable thing a store holds: a fact, an edge, a node or an episode."""
+
+    item_id: str
+    text: str
+    paper_ids: tuple[str, ...]
+    kind: str = "fact"
+    score: float = 0.0
+    span: tuple[int, int] | None = (
+        None  # exact characters of paper_ids[0], when the store kept them
+    )
+
+    def to_unit_record(self) -> dict[str, Any]:
+        """The record the workflow's units files hold (start/end null: rewritten text)."""
+        return {
+            "id": self.item_id,
+            "paper_id": self.paper_ids[0] if self.paper_ids else "",
+            "paper_ids": list(self.paper_ids),
+            "kind": self.kind,
+            "start": self.span[0] if self.span else None,
+            "end": self.span[1] if self.span else None,
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the library sends its model calls: the caching endpoint's base URL and names."""
+
+    base_url: str
+    chat_model: str
+    embedding_model: str
+    embedding_dims: int
+
+
+@dataclass
+class SearchOutcome:
+    items: list[Item]
+    knob: dict[str, int] = field(default_factory=dict)  # what the library was asked for
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"items": [asdict(i) for i in self.items], "knob": self.knob}
+
+
+class StoreHandle(ABC):
+    """An opened store: export and search."""
+
+    @abstractmethod
+    def items(self) -> list[Item]:
+        """Every stored item, in a deterministic order."""
+
+    @abstractmethod
+    def search(self, query: str, modality: str, knob: int) -> list[Item]:
+        """The library's retrieval for one query; `knob` is the system's budget knob value."""
+
+    def close(self) -> None:  # noqa: B027 (optional hook)
+        """Release files and connections."""
+
+
+class StoreSystem(ABC):
+    name: str
+    description: str
+    modalities: tuple[str, ...]
+    #: the native (out-of-the-box) value of the library's budget knob, and the knob's name
+    native_knob: int
+    knob_name: str
+    #: pinned distributions, read from envs/<requirements>
+    requirements: str
+    #: papers may be ingested concurrently (each paper is an independent scope in the store)
+    concurrent_papers: bool = True
+
+    @abstractmethod
+    def ingest_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> int:
+        """Add one paper to the store; return how many items the library reports it stored."""
+
+    @abstractmethod
+    def open(self, store_dir: Path, endpoint: Endpoint) -> StoreHandle:
+        """Open the (finished) store for export and search."""
+
+    def prepare(self, store_dir: Path, endpoint: Endpoint) -> None:  # noqa: B027
+        """Create an empty store before the papers go in (indices, schema)."""
+
+    def finish(self, store_dir: Path, endpoint: Endpoint) -> None:  # noqa: B027
+        """Flush and close whatever ingest left open, before the store is moved into place."""
+
+    def check_installed(self) -> None:
+        """Fail clearly when the library is missing or not the pinned version."""
+        check_pins(self.name, ENVS_DIR / self.requirements)
+
+
+_PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)")
+
+
+def check_pins(system: str, requirements: Path) -> None:
+    """Every `name==version` line of `requirements` is installed at that version."""
+    if not requirements.is_file():
+        raise ConfigError(f"system {system}: its requirements file {requirements} is missing")
+    problems = []
+    for line in requirements.read_text().splitlines():
+        m = _PIN.match(line)
+        if not m:
+            continue
+        name, wanted = m.groups()
+        try:
+            got = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            problems.append(f"{name} is not installed (wanted {wanted})")
+            continue
+        if got != wanted:
+            problems.append(f"{name} {got} is installed, {wanted} is pinned")
+    if problems:
+        raise ConfigError(
+            f"system {system}: {'; '.join(problems)}; install the pins with "
+            f"`pip install --no-deps -r {requirements}` (or `make setup`)"
+        )

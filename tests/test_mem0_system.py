@@ -1,0 +1,179 @@
+"""Mem0 through its real library (mem0ai, local Qdrant) and the caching endpoint.
+
+The chat model behind the endpoint is a stand-in that answers Mem0's extraction prompt with the
+chunk's sentences as facts (a real model is used by the integration test in
+tests/test_store_workflow.py); embeddings are the real packaged MiniLM. What is tested is ours:
+the adapter, the workarounds, export, search, warm re-ingest and the doctor's planted faults.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+from srb.data.canonical import iter_jsonl
+from srb.data.schema import Corpus, Paper, Question
+from srb.doctor import DoctorError
+from srb.index.dense import Encoder
+from srb.ingest import read_units
+from srb.llm.cache import CallCache
+from srb.llm.client import LLMClient
+from srb.llm.proxy import Embedder, serve_endpoint
+from srb.store import StoreRanker, ingest_store, memory_slice
+from srb.store_doctor import StoreDoctor, run_store_doctor
+from srb.systems.mem0 import REFERENCE_DATE, Mem0System, paper_chunks, pinned_prompt_date
+from srb.systems.store import Endpoint
+from tests.test_llm_client import make_model_dir
+
+
+class FactBackend:
+    """Answers Mem0's extraction call with each sentence of the new message as one fact."""
+
+    name = "facts"
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        self._lock = threading.Lock()
+
+    def post_chat(self, body: dict) -> dict:
+        with self._lock:
+            self.bodies.append(body)
+        user = body["messages"][-1]["content"]
+        new = user.split("## New Messages", 1)[1].split("\n## ", 1)[0]
+        new = new.strip().removeprefix("user:").strip()
+        sentences = [s for s in re.split(r"(?<=\.)\s+", new) if s]
+        facts = [{"id": str(i), "text": s} for i, s in enumerate(sentences)]
+        content = json.dumps({"memory": facts})
+        return {
+            "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": len(user.split()), "completion_tokens": len(facts)},
+        }  # fmt: skip
+
+
+PAPERS = (
+    Paper("pa", "", "Aspirin lowered thirty-day mortality in the treated group. "
+                    "The trial enrolled four hundred adults with stable angina. "
+                    "Blood pressure did not change between the two arms."),
+    Paper("pb", "", "Statins reduced LDL cholesterol by a third after one year. "
+                    "Muscle pain was reported by very few participants overall. "
+                    "Adherence to the daily tablet stayed high throughout follow-up."),
+)  # fmt: skip
+QUESTIONS = (
+    Question("q1", "Did aspirin lower mortality?", "", (), ("pa",)),
+    Question("q2", "Did statins reduce LDL cholesterol?", "", (), ("pb",)),
+)
+
+
+def run_ingest(tmp: Path, cache: Path, name: str) -> tuple[dict, FactBackend, Path]:
+    backend = FactBackend()
+    client = LLMClient("vllm", "stand-in", {"max_model_len": 32768}, str(make_model_dir(tmp)),
+                       CallCache(cache / "calls.sqlite"), tmp / "servers",
+                       backend_factory=lambda: backend)  # fmt: skip
+    encoder = Encoder("minilm", cache_path=cache / "emb.sqlite")
+    with serve_endpoint(client, Embedder(encoder, "minilm")) as ep:
+        endpoint = Endpoint(ep.base_url, "stand-in", "minilm", 384)
+        record = ingest_store(Mem0System(), list(PAPERS), tmp / name / "store",
+                              tmp / name / "items.jsonl", tmp / name / "ingest.json", endpoint,
+                              ep.stats.to_dict, retries=0, concurrency=2)  # fmt: skip
+    return record, backend, tmp / name
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mem0")
+    cache = tmp / "cache"
+    cold = run_ingest(tmp, cache, "cold")
+    warm = run_ingest(tmp, cache, "warm")
+    return tmp, cache, cold, warm
+
+
+def test_the_prompt_date_is_pinned_so_a_rerun_on_another_day_hits_the_cache() -> None:
+    from mem0.configs.prompts import generate_additive_extraction_prompt
+
+    with pinned_prompt_date():
+        pinned = generate_additive_extraction_prompt(new_messages="x")
+    assert f"## Current Date\n{REFERENCE_DATE.isoformat()}" in pinned
+    today = generate_additive_extraction_prompt(new_messages="x")
+    assert dt.datetime.now(dt.UTC).date().isoformat() in today  # restored afterwards
+
+
+def test_chunks_are_about_six_thousand_characters() -> None:
+    paper = Paper("p", "", ("word " * 2600).strip())
+    chunks = paper_chunks(paper)
+    assert len(chunks) == 3 and all(len(c) <= 6000 for c in chunks)
+    assert "".join(chunks).replace(" ", "") == paper.text.replace(" ", "")
+
+
+def test_ingest_extracts_facts_through_the_endpoint_and_exports_them(ingested) -> None:
+    _, _, (record, backend, out), _ = ingested
+    assert len(backend.bodies) == 2  # one add() per ~6K chunk: one chunk per paper here
+    assert all(b["response_format"] == {"type": "json_object"} for b in backend.bodies)
+    assert record["papers_failed"] == 0 and record["papers_without_items"] == []
+    assert record["items_stored"] == 6 and record["model_calls"]["model_calls"] == 2
+    items = [r for _, r in iter_jsonl(out / "items.jsonl")]
+    assert {r["paper_id"] for r in items} == {"pa", "pb"}
+    assert all(r["start"] is None and r["kind"] == "fact" for r in items)
+    assert any("Aspirin lowered" in r["text"] for r in items if r["paper_id"] == "pa")
+
+
+def test_warm_reingest_makes_no_model_call_and_exports_identical_items(ingested) -> None:
+    _, _, (cold, _, cold_out), (warm, backend, warm_out) = ingested
+    assert backend.bodies == []
+    assert warm["model_calls"]["model_calls"] == 0
+    assert warm["model_calls"]["prompt_tokens"] == cold["model_calls"]["prompt_tokens"]
+    assert (warm_out / "items.jsonl").read_bytes() == (cold_out / "items.jsonl").read_bytes()
+
+
+def doctor(tmp: Path, cache: Path, store: Path, out: Path, bm25) -> dict:
+    system = Mem0System()
+    client = LLMClient("vllm", "stand-in", {"max_model_len": 32768}, str(make_model_dir(tmp)),
+                       CallCache(cache / "calls.sqlite"), tmp / "servers",
+                       backend_factory=FactBackend)  # fmt: skip
+    encoder = Encoder("minilm", cache_path=cache / "emb.sqlite")
+    with serve_endpoint(client, Embedder(encoder, "minilm")) as ep:
+        endpoint = Endpoint(ep.base_url, "stand-in", "minilm", 384)
+        handle = system.open(store, endpoint)
+        try:
+            ranker = StoreRanker(system, handle, read_units(out / "items.jsonl"), bm25, 10)
+            doc = StoreDoctor(ranker, list(QUESTIONS), ["native", "200"], 0.25, 0.0)
+            n = sum(1 for _ in iter_jsonl(out / "items.jsonl"))
+            return run_store_doctor("t", doc, json.loads((out / "ingest.json").read_text()), n,
+                                    2, out / "doctor.json")  # fmt: skip
+        finally:
+            handle.close()
+
+
+def lexical(query: str, depth: int):
+    return [("mem0-0000000000000000", 1.0)]  # an id the items file does not hold: fused away
+
+
+def test_doctor_passes_the_real_store(ingested) -> None:
+    tmp, cache, (_, _, out), _ = ingested
+    units = read_units(out / "items.jsonl")
+    first = sorted(units)[0]
+    result = doctor(tmp, cache, out / "store", out, lambda q, d: [(first, 1.0)])
+    assert result["ok"], result
+
+
+def test_doctor_catches_a_store_path_on_an_empty_directory(ingested) -> None:
+    """The paper's Mem0 incident: Qdrant pointed at an empty directory answers every search
+    with nothing and raises nothing."""
+    tmp, cache, (_, _, out), _ = ingested
+    empty = tmp / "moved"
+    (empty / "qdrant").mkdir(parents=True)
+    with pytest.raises(DoctorError) as err:
+        doctor(tmp, cache, empty, out, lexical)
+    assert "check 1 (probe_context)" in str(err.value)
+    assert "check 4 (item_count): item counts disagree" in str(err.value)
+
+
+def test_mem0_slice_questions_are_those_of_the_sliced_papers() -> None:
+    papers, questions = memory_slice(Corpus("c", PAPERS, QUESTIONS), 1)
+    assert [p.id for p in papers] == ["pa"] and [q.id for q in questions] == ["q1"]

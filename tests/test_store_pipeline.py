@@ -1,0 +1,289 @@
+"""The store-system pipeline (srb.store, srb.store_doctor) around a stand-in store.
+
+The stand-in is a tiny JSON-file store whose "library" splits papers into sentences; it exists
+only to test the code around real libraries: retries and failure records, the staged store, the
+export, per-budget re-querying with the knob, the knob_limited verdict, and the doctor's
+planted faults. The real libraries are tested in tests/test_mem0_system.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from srb.budget_check import BudgetError
+from srb.data.canonical import iter_jsonl
+from srb.data.schema import Corpus, EvidenceSpan, Paper, Question
+from srb.doctor import DoctorError
+from srb.errors import ConfigError
+from srb.ingest import read_units
+from srb.ingest_cost import ingest_cost_table
+from srb.store import StoreRanker, ingest_store, memory_slice, restore_store_cells
+from srb.store_doctor import StoreDoctor, run_store_doctor
+from srb.systems.store import Endpoint, Item, StoreHandle, StoreSystem, check_pins
+
+ENDPOINT = Endpoint("http://127.0.0.1:1/v1", "chat", "minilm", 384)
+
+
+class SentenceHandle(StoreHandle):
+    def __init__(self, store: Path, per_channel: bool):
+        self.records = [json.loads(line) for f in sorted(store.glob("*.jsonl"))
+                        for line in f.read_text().splitlines()]  # fmt: skip
+        self.per_channel = per_channel
+
+    def items(self) -> list[Item]:
+        return [Item(r["id"], r["text"], (r["paper"],)) for r in self.records]
+
+    def search(self, query: str, modality: str, knob: int) -> list[Item]:
+        words = set(query.lower().split())
+        scored = sorted(
+            ((len(words & set(r["text"].lower().split())), r["id"]) for r in self.records),
+            key=lambda t: (-t[0], t[1]),
+        )
+        by_id = {r["id"]: r for r in self.records}
+        n = 2 * knob if self.per_channel else knob  # a knob applied per channel overshoots
+        return [Item(i, by_id[i]["text"], (by_id[i]["paper"],), score=float(s))
+                for s, i in scored[:n]]  # fmt: skip
+
+
+class SentenceStore(StoreSystem):
+    name = "sentences"
+    description = "stand-in store: one item per sentence"
+    modalities = ("dense", "hybrid")
+    bm25_fused = ("hybrid",)
+    native_knob = 4
+    knob_name = "top_k"
+    requirements = "none.txt"
+
+    def __init__(self, fail: dict[str, int] | None = None, per_channel: bool = False):
+        self.fail = dict(fail or {})  # paper id -> how many attempts raise
+        self.attempts: dict[str, int] = {}
+        self.per_channel = per_channel
+
+    def check_installed(self) -> None:
+        pass
+
+    def ingest_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> int:
+        self.attempts[paper.id] = self.attempts.get(paper.id, 0) + 1
+        if self.attempts[paper.id] <= self.fail.get(paper.id, 0):
+            raise RuntimeError(f"library error on {paper.id}")
+        sentences = [s.strip() for s in paper.text.split(".") if s.strip()]
+        with open(store_dir / f"{paper.id}.jsonl", "w") as fh:
+            for i, s in enumerate(sentences):
+                fh.write(json.dumps({"id": f"{paper.id}-{i}", "paper": paper.id, "text": s}) + "\n")
+        return len(sentences)
+
+    def open(self, store_dir: Path, endpoint: Endpoint) -> StoreHandle:
+        return SentenceHandle(store_dir, self.per_channel)
+
+
+def corpus() -> Corpus:
+    papers = (
+        Paper(
+            "p1",
+            "",
+            "Aspirin lowered mortality. The trial enrolled 400 adults. Blood pressure fell.",
+        ),
+        Paper(
+            "p2",
+            "",
+            "Statins reduced LDL cholesterol. Muscle pain was rare. Adherence was high. "
+            "Follow-up lasted two years.",
+        ),  # fmt: skip
+        Paper("p3", "", "A much longer paper. " * 20),
+    )
+    questions = (
+        Question(
+            "q1",
+            "Did aspirin lower mortality?",
+            "",
+            (),
+            ("p1",),
+            evidence=(EvidenceSpan("p1", 0, 26),),
+        ),  # fmt: skip
+        Question("q2", "Did statins reduce LDL cholesterol?", "", (), ("p2",)),
+        Question("q3", "What about the long paper?", "", (), ("p3",)),
+        Question("q4", "Aspirin and statins?", "", (), ("p1", "p2")),
+    )
+    return Corpus("tiny", papers, questions)
+
+
+def test_memory_slice_takes_the_shortest_papers_and_their_whole_questions() -> None:
+    papers, questions = memory_slice(corpus(), 2)
+    assert [p.id for p in papers] == ["p1", "p2"]
+    assert [q.id for q in questions] == ["q1", "q2", "q4"]
+    papers, questions = memory_slice(corpus(), 1)
+    assert [q.id for q in questions] == ["q1"]  # q4 also needs p2
+    assert len(memory_slice(corpus(), None)[0]) == 3
+
+
+def ingest(tmp_path: Path, system: SentenceStore, retries: int = 1) -> dict:
+    papers, _ = memory_slice(corpus(), 2)
+    stats = {"chat_requests": 3, "model_calls": 1, "prompt_tokens": 30,
+             "completion_tokens": 6, "embedded_texts": 7}  # fmt: skip
+    return ingest_store(system, papers, tmp_path / "store", tmp_path / "items.jsonl",
+                        tmp_path / "ingest.json", ENDPOINT, lambda: stats, retries=retries,
+                        concurrency=2)  # fmt: skip
+
+
+def test_ingest_retries_then_records_a_failed_paper_and_exports_items(tmp_path) -> None:
+    system = SentenceStore(fail={"p1": 1, "p2": 5})
+    record = ingest(tmp_path, system, retries=1)
+    assert system.attempts == {"p1": 2, "p2": 2}  # one retry each
+    assert record["papers"] == 2 and record["papers_failed"] == 1
+    assert record["failed"] == [{"paper_id": "p2", "error": "RuntimeError: library error on p2"}]
+    assert record["papers_without_items"] == ["p2"]
+    assert record["items_stored"] == 3  # p1's three sentences
+    units = read_units(tmp_path / "items.jsonl")
+    assert sorted(units) == ["p1-0", "p1-1", "p1-2"]
+    assert units["p1-0"].start is None and units["p1-0"].paper_id == "p1"
+    assert json.loads((tmp_path / "ingest.json").read_text()) == record
+
+
+def test_a_crash_after_ingest_leaves_no_store_in_place(tmp_path) -> None:
+    system = SentenceStore()
+    system.open = lambda store_dir, endpoint: (_ for _ in ()).throw(OSError("disk full"))
+    with pytest.raises(OSError, match="disk full"):
+        ingest(tmp_path, system)
+    assert not (tmp_path / "store").exists()
+    assert not (tmp_path / "ingest.json").exists()
+    assert list(tmp_path.iterdir()) == []  # no staging directory left behind either
+
+
+def restored(tmp_path: Path, system: SentenceStore, modality: str, budgets, tolerance=0.25,
+             gate="warn"):  # fmt: skip
+    ingest(tmp_path, system)
+    _, questions = memory_slice(corpus(), 2)
+    units = read_units(tmp_path / "items.jsonl")
+    handle = system.open(tmp_path / "store", ENDPOINT)
+
+    def bm25(query: str, depth: int):  # the lexical channel: the last sentence of each paper
+        return [("p2-3", 2.0), ("p1-2", 1.0)][:depth]
+
+    ranker = StoreRanker(system, handle, units, bm25, depth=10, rrf_k=60)
+    outs = [tmp_path / "cells" / f"{b}.jsonl" for b in budgets]
+    verdicts = [tmp_path / "cells" / f"{b}.budget.json" for b in budgets]
+    result = restore_store_cells(ranker, questions, modality, budgets, "calibrated", outs,
+                                 verdicts, tolerance, gate)  # fmt: skip
+    return result, outs, verdicts
+
+
+def test_cells_requery_the_store_with_the_calibrated_knob(tmp_path) -> None:
+    result, outs, verdicts = restored(tmp_path, SentenceStore(), "dense", ["native", "60"])
+    native = [r for _, r in iter_jsonl(outs[0])]
+    assert [len(r["unit_ids"]) for r in native] == [4, 4, 4]  # native_knob, 7 items stored
+    assert native[0]["spans"][0][1:] == [None, None]  # rewritten items carry no characters
+    # 7 items: mean chars per item on the native run decides the knob for a 60-char budget
+    mean = sum(r["achieved_chars"] for r in native) / sum(len(r["unit_ids"]) for r in native)
+    verdict = json.loads(verdicts[1].read_text())
+    assert verdict["top_k"] == max(1, int(60 / mean + 0.5))
+    assert verdict["knob_mean"] >= verdict["achieved_mean"]
+    cell = [r for _, r in iter_jsonl(outs[1])]
+    assert all(r["achieved_chars"] <= 75 for r in cell)  # the 1.25 x B cap
+
+
+def test_a_knob_that_overshoots_is_marked_knob_limited_not_hidden(tmp_path) -> None:
+    result, _, verdicts = restored(tmp_path, SentenceStore(per_channel=True), "dense",
+                                   ["native", "60"])  # fmt: skip
+    verdict = json.loads(verdicts[1].read_text())
+    assert verdict["status"] == "knob_limited"
+    assert verdict["knob_mean"] > 75  # the knob's own output, before the cap
+    assert "x B" in verdict["reason"]
+    assert result["60"].failed is False
+
+
+def test_hybrid_fuses_the_library_ranking_with_bm25(tmp_path) -> None:
+    _, outs, _ = restored(tmp_path, SentenceStore(), "hybrid", ["native"])
+    q2 = [r for _, r in iter_jsonl(outs[0]) if r["question_id"] == "q2"][0]
+    assert "p2-3" in q2["unit_ids"]  # only the BM25 channel ranks it this high
+
+
+def test_an_empty_budget_stops_the_run_under_gate_fail(tmp_path) -> None:
+    class EmptyAtBudget(SentenceStore):
+        def open(self, store_dir, endpoint):
+            handle = super().open(store_dir, endpoint)
+            search = handle.search
+            handle.search = lambda q, m, k: search(q, m, k) if k == self.native_knob else []
+            return handle
+
+    with pytest.raises(BudgetError, match="empty"):
+        restored(tmp_path, EmptyAtBudget(), "dense", ["native", "60"], gate="fail")
+
+
+def doctor_for(tmp_path: Path, system: SentenceStore, store: Path | None = None, bm25=True):
+    papers, questions = memory_slice(corpus(), 2)
+    units = read_units(tmp_path / "items.jsonl")
+    handle = system.open(store or tmp_path / "store", ENDPOINT)
+    lexical = (lambda q, d: [("p1-0", 1.0)]) if bm25 else None
+    ranker = StoreRanker(system, handle, units, lexical, depth=10)
+    return StoreDoctor(ranker, questions, ["native", "60"], 0.25, 0.0), len(papers)
+
+
+def run(tmp_path: Path, doctor: StoreDoctor, n_papers: int, ingest_log: dict | None = None):
+    log = ingest_log or json.loads((tmp_path / "ingest.json").read_text())
+    n_file = sum(1 for _ in iter_jsonl(tmp_path / "items.jsonl"))
+    return run_store_doctor("tiny", doctor, log, n_file, n_papers, tmp_path / "doctor.json")
+
+
+def test_doctor_passes_a_healthy_store(tmp_path) -> None:
+    system = SentenceStore()
+    ingest(tmp_path, system)
+    result = run(tmp_path, *doctor_for(tmp_path, system))
+    assert result["ok"] and [c["ok"] for c in result["checks"]] == [True] * 6
+
+
+def test_doctor_catches_a_store_path_pointing_at_an_empty_directory(tmp_path) -> None:
+    system = SentenceStore()
+    ingest(tmp_path, system)
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()  # search finds nothing there and raises nothing
+    with pytest.raises(DoctorError) as err:
+        run(tmp_path, *doctor_for(tmp_path, system, store=empty))
+    assert "check 1 (probe_context)" in str(err.value)
+    assert "check 4 (item_count)" in str(err.value)
+    assert (tmp_path / "doctor.failed.json").is_file() and not (tmp_path / "doctor.json").exists()
+
+
+def test_doctor_catches_a_missing_bm25_channel(tmp_path) -> None:
+    system = SentenceStore()
+    ingest(tmp_path, system)
+    with pytest.raises(DoctorError, match=r"check 3 \(channels\).*BM25 channel is missing"):
+        run(tmp_path, *doctor_for(tmp_path, system, bm25=False))
+
+
+def test_doctor_catches_an_item_count_that_disagrees_with_the_ingest_log(tmp_path) -> None:
+    system = SentenceStore()
+    ingest(tmp_path, system)
+    log = json.loads((tmp_path / "ingest.json").read_text())
+    log["items_stored"] += 5
+    with pytest.raises(DoctorError, match=r"check 4 \(item_count\).*ingest_log 12"):
+        run(tmp_path, *doctor_for(tmp_path, system), ingest_log=log)
+
+
+def test_doctor_fails_papers_without_items_above_the_allowed_share(tmp_path) -> None:
+    system = SentenceStore(fail={"p2": 9})
+    ingest(tmp_path, system)
+    with pytest.raises(DoctorError, match=r"check 5 \(document_count\).*without items: p2"):
+        run(tmp_path, *doctor_for(tmp_path, system))
+
+
+def test_ingest_cost_table_reads_the_logs(tmp_path) -> None:
+    ingest(tmp_path, SentenceStore())
+    rows = ingest_cost_table("tiny", [tmp_path / "ingest.json"], tmp_path / "c.csv",
+                             tmp_path / "c.md")  # fmt: skip
+    assert rows[0]["items"] == 7 and rows[0]["prompt_tokens"] == 30
+    assert rows[0]["model_calls_made"] == 1
+    assert "| sentences |" in (tmp_path / "c.md").read_text()
+
+
+def test_pins_that_are_missing_or_different_name_the_system_and_file(tmp_path) -> None:
+    req = tmp_path / "x.txt"
+    req.write_text("# comment\npytest==0.0.1\nno-such-dist-srb==1.0\n")
+    with pytest.raises(ConfigError) as err:
+        check_pins("x", req)
+    assert "pytest" in str(err.value) and "0.0.1 is pinned" in str(err.value)
+    assert "no-such-dist-srb is not installed" in str(err.value) and str(req) in str(err.value)
+    with pytest.raises(ConfigError, match="requirements file .* is missing"):
+        check_pins("x", tmp_path / "absent.txt")

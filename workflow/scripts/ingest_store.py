@@ -1,0 +1,32 @@
+"""Ingest the memory slice into one store system through the caching endpoint."""
+
+from pathlib import Path
+
+from srb.data.canonical import load_canonical
+from srb.joblog import job_logging
+from srb.store import ingest_store, memory_endpoint, memory_slice
+from srb.systems import get_store_system
+
+wc, p, out = snakemake.wildcards, snakemake.params, snakemake.output
+with job_logging(snakemake.log[0], f"ingest_store[{wc.corpus}/{wc.system}]"):
+    corpus = load_canonical(Path(snakemake.input.papers).parent)
+    papers, questions = memory_slice(corpus, p.memory["papers"])
+    system = get_store_system(wc.system)
+    with memory_endpoint(p.llm, p.memory["llm"], p.dense) as (endpoint, server):
+        ingest_store(
+            system,
+            papers,
+            out.store,
+            out.store_items,
+            out.ingest_log,
+            endpoint,
+            server.stats.to_dict,
+            retries=p.memory["retries"],
+            concurrency=p.memory["concurrency"],
+            meta={
+                "corpus": wc.corpus,
+                "llm": p.memory["llm"],
+                "encoder": p.dense["encoder"],
+                "slice_questions": [q.id for q in questions],
+            },
+        )
