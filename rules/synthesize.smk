@@ -40,6 +40,7 @@ rule synthesize:
         runtime=120,
     params:
         llm=lambda wc: llm_params(wc.synth, "synthesize"),
+        cell_questions=lambda wc: wc.system in STORE_SYSTEMS,
         template_hash=lambda wc: file_hash(
             PROMPTS["synthesize"], PROMPTS["synthesize_base"]
         ),

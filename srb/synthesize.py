@@ -115,11 +115,19 @@ def synthesis_requests(
     fitter: ContextFitter,
     max_tokens: int,
     limit: int | None,
+    cell_questions: bool = False,
 ) -> tuple[list[ChatRequest], list[tuple[str, int, int, bool]]]:
     """The synthesizer's requests for one cell (what the workflow sends, and what the LLM-layer
-    benchmark replays), with (question id, context chars, chars used, truncated) for each."""
+    benchmark replays), with (question id, context chars, chars used, truncated) for each.
+
+    `cell_questions`: answer exactly the cell's questions (a store system's cells hold the
+    memory slice's questions, sized by `memory.papers`) instead of the first `limit`."""
     corpus = load_canonical(corpus_dir)
-    wanted = {q.id: q for q in select_questions(corpus, limit)}
+    if cell_questions:
+        in_cell = {r["question_id"] for _, r in iter_jsonl(Path(cell_file))}
+        wanted = {q.id: q for q in corpus.questions if q.id in in_cell}
+    else:
+        wanted = {q.id: q for q in select_questions(corpus, limit)}
     cells = {
         r["question_id"]: r for _, r in iter_jsonl(Path(cell_file)) if r["question_id"] in wanted
     }
@@ -150,8 +158,11 @@ def synthesize_cell(
     limit: int | None,
     out: str | Path,
     stats_out: str | Path | None = None,
+    cell_questions: bool = False,
 ) -> None:
-    requests, meta = synthesis_requests(cell_file, corpus_dir, templates, fitter, max_tokens, limit)
+    requests, meta = synthesis_requests(
+        cell_file, corpus_dir, templates, fitter, max_tokens, limit, cell_questions
+    )
     t_hash = template_hash(*templates.values())
     completions = client.run(requests, t_hash, desc=f"synthesize {Path(cell_file).stem}")
     write_jsonl(

@@ -417,3 +417,20 @@ def test_synthesize_missing_context_is_an_error(corpus_dir: Path, tmp_path: Path
             tmp_path / "a.jsonl",
         )
     assert not (tmp_path / "a.jsonl").exists()
+
+
+def test_store_cells_answer_exactly_their_slice_questions(corpus_dir: Path, tmp_path: Path) -> None:
+    """A store system's cell holds the memory slice's questions (q2, q3 here): with
+    cell_questions those and only those are answered, whatever the first-N limit says."""
+    cell = tmp_path / "slice.jsonl"
+    cell.write_text(
+        "".join(json.dumps({"question_id": q, "context": "a fact"}) + "\n" for q in ("q3", "q2")),
+        encoding="utf-8",
+    )
+    client = FakeClient()
+    out = tmp_path / "a.jsonl"
+    fitter = ContextFitter(None, 2048, 160)
+    synthesize_cell(cell, corpus_dir, client, TEMPLATES, fitter, 160, 1, out, cell_questions=True)
+    assert [r["question_id"] for r in read(out)] == ["q2", "q3"]  # corpus order
+    with pytest.raises(ValueError, match=r"no context for questions \['q1'\]"):
+        synthesize_cell(cell, corpus_dir, client, TEMPLATES, fitter, 160, 1, tmp_path / "b.jsonl")

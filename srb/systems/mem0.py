@@ -6,6 +6,10 @@ Offline workarounds, each tested in tests/test_mem0_system.py:
 - telemetry off (`MEM0_TELEMETRY=False`, which also stops a notices fetch);
 - the extraction prompt embeds today's date, so the same paper would be a different model call
   (a cache miss) on another day: the date is pinned to `REFERENCE_DATE` while mem0 runs;
+- with `memory.structured_output` (default on) the extraction call's `json_object` format is
+  replaced by a JSON schema of Mem0's own answer shape with bounded lengths: small models
+  otherwise run away until max_tokens and Mem0 logs the truncated JSON and drops the chunk's
+  facts (the endpoint counts such answers either way: `invalid_json_responses`);
 - Mem0's own BM25 needs fastembed (a hub download): off here, so its `dense` is what Mem0 does
   out of the box offline, and `hybrid` is srb's Pyserini BM25 over the exported facts fused with
   Mem0's ranking by RRF (the paper used fastembed; see README).
@@ -98,6 +102,45 @@ def mem0_config(store_dir: Path, endpoint: Endpoint) -> dict[str, Any]:
     }
 
 
+#: Mem0's extraction answer ({"memory": [{"id", "text", ...}]}) with bounds a small model cannot
+#: run away from; optional fields Mem0 reads (attributed_to, linked_memory_ids) are left out.
+EXTRACTION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "memory": {
+            "type": "array",
+            "maxItems": 16,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string", "maxLength": 4},
+                    "text": {"type": "string", "minLength": 8, "maxLength": 400},
+                },
+                "required": ["id", "text"],
+                "additionalProperties": False,
+            },
+        }
+    },
+    "required": ["memory"],
+    "additionalProperties": False,
+}
+
+
+def structured_extraction(llm: Any) -> None:
+    """Send Mem0's json_object calls with EXTRACTION_SCHEMA as a strict json_schema instead."""
+    original = llm.generate_response
+
+    def generate_response(messages: Any, response_format: Any = None, **kwargs: Any) -> Any:
+        if response_format == {"type": "json_object"}:
+            response_format = {
+                "type": "json_schema",
+                "json_schema": {"name": "memory", "schema": EXTRACTION_SCHEMA, "strict": True},
+            }
+        return original(messages, response_format=response_format, **kwargs)
+
+    llm.generate_response = generate_response
+
+
 def item_id(paper_id: str, text: str) -> str:
     """A stable id for a fact (Mem0's own ids are random uuids)."""
     return "mem0-" + hashlib.sha256(f"{paper_id}\0{text}".encode()).hexdigest()[:16]
@@ -171,7 +214,10 @@ class Mem0System(StoreSystem):
                 _environment()
                 from mem0 import Memory
 
-                self._memories[store_dir] = Memory.from_config(mem0_config(store_dir, endpoint))
+                memory = Memory.from_config(mem0_config(store_dir, endpoint))
+                if self.options.get("structured_output", True):
+                    structured_extraction(memory.llm)
+                self._memories[store_dir] = memory
             return self._memories[store_dir]
 
     def prepare(self, store_dir: Path, endpoint: Endpoint) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.metadata
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,13 @@ class StoreSystem(ABC):
     requirements: str
     #: papers may be ingested concurrently (each paper is an independent scope in the store)
     concurrent_papers: bool = True
+    #: the `memory` config the system was configured with (see `configure`)
+    options: Mapping[str, Any] = {}
+
+    def configure(self, memory: Mapping[str, Any]) -> StoreSystem:
+        """Take the workflow's `memory` config (options such as `structured_output`)."""
+        self.options = dict(memory)
+        return self
 
     @abstractmethod
     def ingest_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> int:

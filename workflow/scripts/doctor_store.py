@@ -15,7 +15,7 @@ with job_logging(snakemake.log[0], f"doctor_store[{wc.corpus}/{wc.system}]"):
     corpus = load_canonical(Path(inp.questions).parent)
     papers, questions = memory_slice(corpus, p.memory["papers"])
     probes = questions[: p.probes] if isinstance(p.probes, int) else questions
-    system = get_store_system(wc.system)
+    system = get_store_system(wc.system).configure(p.memory)
     units = read_units(inp.store_items)
     n_items_file = sum(1 for _ in iter_jsonl(Path(inp.store_items)))
     bm25 = None

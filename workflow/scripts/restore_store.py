@@ -12,7 +12,7 @@ wc, p, inp, out = snakemake.wildcards, snakemake.params, snakemake.input, snakem
 with job_logging(snakemake.log[0], f"restore_store[{wc.corpus}/{wc.system}/{wc.modality}]"):
     corpus = load_canonical(Path(inp.questions).parent)
     _, questions = memory_slice(corpus, p.memory["papers"])
-    system = get_store_system(wc.system)
+    system = get_store_system(wc.system).configure(p.memory)
     units = read_units(inp.store_items)
     bm25 = None
     if inp.bm25:

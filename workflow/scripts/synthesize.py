@@ -22,4 +22,5 @@ with job_logging(snakemake.log[0], name):
         llm["max_answer_tokens"],
         llm["questions"],
         snakemake.output.answers,
+        cell_questions=snakemake.params.cell_questions,
     )
