@@ -1,13 +1,15 @@
 """Leaderboards in the paper's Table 4/5 shape, and the budget-sweep figure.
 
 Rows are system (+ modality); the native block gives Avg / L1 / L2 / L3 / chars, then per budget
-the score and the achieved characters. Scores are means over valid judgments only; invalid
+the score, the achieved characters and the cell's budget status (`ok`, or why it is off: e.g.
+`knob_limited` when a store system's own knob overshot, `depth_limited`; see srb.budget_check). Scores are means over valid judgments only; invalid
 judgments are counted in their own column so a judge that failed never reads as a low score.
 The LLM-free label accuracy (answer states the gold direction) sits beside the judge's score.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,6 +49,14 @@ def cell_summary(
     return out
 
 
+def budget_status(cell_file: str | Path) -> str | None:
+    """The status of the budget verdict written beside a retrieval cell (None: no verdict)."""
+    verdict = Path(cell_file).with_name(Path(cell_file).stem + ".budget.json")
+    if not verdict.is_file():
+        return None
+    return json.loads(verdict.read_text()).get("status")
+
+
 def build_leaderboard(corpus_dir: str | Path, cells: Sequence[Cell]) -> list[dict[str, Any]]:
     tiers = {q.id: q.tier for q in load_canonical(corpus_dir).questions}
     budgets = sorted({b for _, _, b, _, _ in cells if b != "native"}, key=lambda b: parse_budget(b))
@@ -71,6 +81,7 @@ def build_leaderboard(corpus_dir: str | Path, cells: Sequence[Cell]) -> list[dic
                     f"{budget}_score": s["score"],
                     f"{budget}_chars": s["chars"],
                     f"{budget}_label_acc": s["label_acc"],
+                    f"{budget}_budget": budget_status(context),
                 }
             )
         row["n_questions"] = max(row.get("n_questions", 0), s["n"])
@@ -93,7 +104,7 @@ def columns(budgets: Sequence[str]) -> list[str]:
         "native_label_acc",
     ]
     for b in budgets:
-        cols += [f"{b}_score", f"{b}_chars", f"{b}_label_acc"]
+        cols += [f"{b}_score", f"{b}_chars", f"{b}_label_acc", f"{b}_budget"]
     return [*cols, "n_questions", "n_invalid"]
 
 
@@ -104,8 +115,11 @@ def write_leaderboard(
     note = (
         "Scores: mean composite (accuracy, completeness, specificity, hallucination "
         "avoidance; 0-10) over valid judgments; chars: mean achieved context characters; "
-        "label_acc: share of answers stating the gold direction (LLM-free); n_invalid: "
-        "judgments that could not be parsed after retries (excluded from scores)."
+        "label_acc: share of answers stating the gold direction (LLM-free); <budget>_budget: the "
+        "cell's budget verdict (ok, or why it is off, e.g. knob_limited = the system's own "
+        "knob overshot and the cell was cut to the cap); n_questions: memory systems answer "
+        "their slice's questions only; n_invalid: judgments that could not be parsed after "
+        "retries (excluded from scores)."
     )
     write_table(rows, columns(budgets), csv_out, md_out, title, note)
 

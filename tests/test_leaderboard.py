@@ -155,14 +155,15 @@ def documented_columns(budgets: list[str]) -> list[str]:
     """The README's Table 4/5 shape for the configured budgets: "native Avg / L1 / L2 / L3 /
     chars; per budget score, chars and label accuracy; invalid counts". The LLM-free label
     accuracy sits beside the native score too (README's measured table: "native label
-    accuracy"), and the question count beside the invalid count."""
+    accuracy"), the question count beside the invalid count, and per budget the cell's budget
+    verdict (the issue on store systems: an overshooting knob is said in the leaderboard)."""
     native = [n for n in budgets if n == "native"]
     sized = sorted((b for b in budgets if b != "native"), key=BUDGET_CHARS.__getitem__)
     cols = ["system", "modality"]
     if native:
         cols += [f"native_{part}" for part in ("avg", "L1", "L2", "L3", "chars", "label_acc")]
     for b in sized:
-        cols += [f"{b}_{part}" for part in ("score", "chars", "label_acc")]
+        cols += [f"{b}_{part}" for part in ("score", "chars", "label_acc", "budget")]
     return [*cols, "n_questions", "n_invalid"]
 
 
@@ -188,9 +189,9 @@ def test_documented_columns_for_the_default_budgets() -> None:
     ]
     for b in sized:
         block = [c for c in got if c.startswith(f"{b}_")]
-        assert block == [f"{b}_score", f"{b}_chars", f"{b}_label_acc"]
+        assert block == [f"{b}_score", f"{b}_chars", f"{b}_label_acc", f"{b}_budget"]
     assert "n_invalid" in got
-    assert len(got) == 2 + 6 + 3 * len(sized) + 2
+    assert len(got) == 2 + 6 + 4 * len(sized) + 2
 
 
 def test_leaderboard_budget_blocks_follow_size_not_label_order(
@@ -247,15 +248,19 @@ def test_write_leaderboard(corpus_dir: Path, cells: list[tuple], tmp_path: Path)
         "500_score": "2.0",
         "500_chars": "480",
         "500_label_acc": "0.75",
+        "500_budget": "",
         "2K_score": "4.25",
         "2K_chars": "1995",
         "2K_label_acc": "1.0",
+        "2K_budget": "",
         "6K_score": "",
         "6K_chars": "",
         "6K_label_acc": "",
+        "6K_budget": "",
         "10K_score": "5.0",
         "10K_chars": "9990",
         "10K_label_acc": "1.0",
+        "10K_budget": "",
         "n_questions": "4",
         "n_invalid": "2",
     }
@@ -277,8 +282,8 @@ def test_write_leaderboard(corpus_dir: Path, cells: list[tuple], tmp_path: Path)
         == "| " + " | ".join(documented_columns(["native", "500", "2K", "6K", "10K"])) + " |"
     )
     assert lines[header + 2].startswith(
-        "| simple_rag | hybrid | 5.67 | 7.0 | – | 3.0 | 2500 | 0.667 | 2.0 | 480 | 0.75 | "
-        "4.25 | 1995 | 1.0 | – | – | – | 5.0 | 9990 | 1.0 | 4 | 2 |"
+        "| simple_rag | hybrid | 5.67 | 7.0 | – | 3.0 | 2500 | 0.667 | 2.0 | 480 | 0.75 | – | "
+        "4.25 | 1995 | 1.0 | – | – | – | – | – | 5.0 | 9990 | 1.0 | – | 4 | 2 |"
     )
     assert lines[header + 5].startswith("| direct_read | none | – |")
 
@@ -388,3 +393,14 @@ def test_budget_sweep_figure_single_points_and_reference(
     assert list(lines["base (no retrieval)"].get_ydata()) == [2.0, 2.0]
     points = {c.get_label(): c.get_offsets().tolist() for c in ax.collections}
     assert points == {"paper_rag (bm25)": [[9000.0, 4.5]], "direct_read": [[6000.0, 3.5]]}
+
+
+def test_a_cells_budget_verdict_shows_in_its_block(corpus_dir: Path, cells: list[tuple]) -> None:
+    """A verdict file beside the cell (as restore jobs write it) puts its status in the row."""
+    system, modality, budget, judgments, context = cells[-1]  # simple_rag/hybrid/2K
+    verdict = Path(context).with_name(Path(context).stem + ".budget.json")
+    verdict.write_text(json.dumps({"status": "knob_limited", "requested": 2000}))
+    rows = build_leaderboard(corpus_dir, cells)
+    rag = next(r for r in rows if r["system"] == "simple_rag")
+    assert rag["2K_budget"] == "knob_limited"
+    assert rag["500_budget"] is None  # no verdict beside that cell

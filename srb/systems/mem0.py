@@ -24,6 +24,8 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -155,8 +157,9 @@ def _environment() -> None:
 
 
 class Mem0Handle(StoreHandle):
-    def __init__(self, memory: Any):
+    def __init__(self, memory: Any, private_copy: Path | None = None):
         self.memory = memory
+        self.private_copy = private_copy
 
     def _item(self, payload: dict[str, Any], score: float) -> Item:
         text = payload.get("data") or payload.get("memory") or ""
@@ -192,6 +195,8 @@ class Mem0Handle(StoreHandle):
         client = getattr(self.memory.vector_store, "client", None)
         if client is not None:
             client.close()
+        if self.private_copy is not None:
+            shutil.rmtree(self.private_copy, ignore_errors=True)
 
 
 class Mem0System(StoreSystem):
@@ -250,7 +255,16 @@ class Mem0System(StoreSystem):
 
         if not (store_dir / "qdrant").is_dir():
             raise FileNotFoundError(f"mem0: no Qdrant store under {store_dir}")
-        return Mem0Handle(Memory.from_config(mem0_config(store_dir, endpoint)))
+        # Qdrant's local mode lets one client hold a path at a time: every reader (doctor, one
+        # restore job per modality) searches its own copy, and the store itself is never written
+        private = Path(tempfile.mkdtemp(prefix="srb-mem0-"))
+        try:
+            shutil.copytree(store_dir, private / "store")
+            memory = Memory.from_config(mem0_config(private / "store", endpoint))
+        except BaseException:
+            shutil.rmtree(private, ignore_errors=True)
+            raise
+        return Mem0Handle(memory, private)
 
 
 SYSTEM = Mem0System()
