@@ -70,7 +70,11 @@ class PaperIngest:
 
 @contextmanager
 def memory_endpoint(
-    llm: Mapping[str, Any], model: str, dense: Mapping[str, Any]
+    llm: Mapping[str, Any],
+    model: str,
+    dense: Mapping[str, Any],
+    max_completion_tokens: int | None = None,
+    bound_schemas: bool = False,
 ) -> Iterator[tuple[Endpoint, Any]]:
     """The caching endpoint for `model` (chat) and the configured encoder (embeddings)."""
     from srb.index.dense import Encoder
@@ -79,7 +83,8 @@ def memory_endpoint(
 
     client, _ = open_client(dict(llm), model)
     encoder = Encoder(dense["encoder"], threads=1, cache_path=dense.get("cache"))
-    with serve_endpoint(client, Embedder(encoder, dense["encoder"])) as server:
+    embedder = Embedder(encoder, dense["encoder"])
+    with serve_endpoint(client, embedder, max_completion_tokens, bound_schemas) as server:
         yield Endpoint(server.base_url, model, dense["encoder"], encoder.dim), server
 
 

@@ -148,3 +148,58 @@ def test_truncated_and_unparseable_json_answers_are_counted() -> None:
     assert response_defects(wants_json, answer('```json\n{"a": 1}\n```')) == (False, False)
     assert response_defects(wants_json, answer('{"memory": [{"te', "length")) == (True, True)
     assert response_defects({}, answer("plain text, cut", "length")) == (True, False)
+
+
+def test_completion_length_cap_applies_before_the_key(tmp_path) -> None:
+    from srb.llm.proxy import cap_completion_tokens
+
+    assert cap_completion_tokens({"max_tokens": 16384}, 1024) == {"max_tokens": 1024}
+    assert cap_completion_tokens({"max_tokens": 200}, 1024) == {"max_tokens": 200}
+    assert cap_completion_tokens({"max_completion_tokens": 9000}, 512) == {
+        "max_completion_tokens": 512
+    }
+    assert cap_completion_tokens({}, 256) == {"max_tokens": 256}
+    assert cap_completion_tokens({"max_tokens": 16384}, None) == {"max_tokens": 16384}
+    backend = RecordingBackend()
+    with serve_endpoint(client_for(tmp_path, backend), None, max_completion_tokens=64) as ep:
+        ask(ep.base_url, "hello", max_tokens=4096)
+        ask(ep.base_url, "hello", max_tokens=2048)  # the same capped call: a cache hit
+        assert ep.stats.model_calls == 1
+    assert backend.bodies[0]["max_tokens"] == 64
+
+
+def test_bounded_schemas_close_runaway_arrays_and_strings() -> None:
+    from srb.llm.proxy import MAX_SCHEMA_ITEMS, MAX_SCHEMA_STRING, bounded_request
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "entities": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "kind": {"type": "string", "enum": ["a", "b"]},
+                        "indices": {"type": "array", "items": {"type": "integer"}, "maxItems": 5},
+                        "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                    },
+                },
+            }
+        },
+        "$defs": {"Tag": {"type": ["string", "null"]}},
+    }
+    body = {"messages": [], "response_format": {"type": "json_schema",
+            "json_schema": {"name": "x", "schema": schema}}}  # fmt: skip
+    out = bounded_request(body)["response_format"]["json_schema"]["schema"]
+    entities = out["properties"]["entities"]
+    assert entities["maxItems"] == MAX_SCHEMA_ITEMS
+    item = entities["items"]["properties"]
+    assert item["name"]["maxLength"] == MAX_SCHEMA_STRING
+    assert "maxLength" not in item["kind"]  # an enum is bounded already
+    assert item["indices"]["maxItems"] == 5  # an explicit bound is kept
+    assert item["note"]["anyOf"][0]["maxLength"] == MAX_SCHEMA_STRING
+    assert out["$defs"]["Tag"]["maxLength"] == MAX_SCHEMA_STRING
+    assert "maxItems" not in schema["properties"]["entities"]  # the caller's schema untouched
+    plain = {"messages": [], "response_format": {"type": "json_object"}}
+    assert bounded_request(plain) is plain

@@ -67,9 +67,18 @@ class Embedder:
 class CachingEndpoint:
     """The HTTP server; use `serve_endpoint` to run one for the duration of a block."""
 
-    def __init__(self, chat: LLMClient, embedder: Embedder | None, host: str = "127.0.0.1"):
+    def __init__(
+        self,
+        chat: LLMClient,
+        embedder: Embedder | None,
+        host: str = "127.0.0.1",
+        max_completion_tokens: int | None = None,
+        bound_schemas: bool = False,
+    ):
         self.chat = chat
         self.embedder = embedder
+        self.max_completion_tokens = max_completion_tokens
+        self.bound_schemas = bound_schemas
         self.stats = EndpointStats()
         self._stats_lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, 0), self._handler())
@@ -106,6 +115,9 @@ class CachingEndpoint:
             return 400, _error("streaming is not supported by the caching endpoint")
         if int(body.get("n") or 1) != 1:
             return 400, _error("n > 1 is not supported by the caching endpoint")
+        body = cap_completion_tokens(body, self.max_completion_tokens)
+        if self.bound_schemas:
+            body = bounded_request(body)
         try:
             response, cached = self.chat.forward(body)
         except LLMCallError as exc:
@@ -210,6 +222,55 @@ class CachingEndpoint:
         return Handler
 
 
+def cap_completion_tokens(body: dict[str, Any], cap: int | None) -> dict[str, Any]:
+    """The request with its answer length capped (before keying: the cap is part of the call).
+    Libraries ask for up to 16K tokens; a small model that runs away then holds a CPU for many
+    minutes, so runs on small hardware set a cap (`memory.max_completion_tokens`)."""
+    if cap is None:
+        return body
+    out = dict(body)
+    for field in ("max_tokens", "max_completion_tokens"):
+        if field in out and out[field] is not None:
+            out[field] = min(int(out[field]), cap)
+    if out.get("max_tokens") is None and out.get("max_completion_tokens") is None:
+        out["max_tokens"] = cap
+    return out
+
+
+#: Bounds added to a JSON schema's unbounded arrays and strings (see `bound_schema`).
+MAX_SCHEMA_ITEMS = 32
+MAX_SCHEMA_STRING = 2000
+
+
+def bound_schema(node: Any) -> Any:
+    """A copy of a JSON schema whose arrays and free strings have a maximum size. A small model
+    under structured output can run away inside an unbounded array (Graphiti's
+    `episode_indices` grew to 0..832 until max_tokens) and the library then drops the
+    truncated JSON; bounded, the grammar makes it close the array."""
+    if isinstance(node, list):
+        return [bound_schema(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: bound_schema(v) for k, v in node.items()}
+    kinds = out.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if "array" in kinds and "maxItems" not in out:
+        out["maxItems"] = MAX_SCHEMA_ITEMS
+    if "string" in kinds and not {"maxLength", "enum", "const", "format", "pattern"} & set(out):
+        out["maxLength"] = MAX_SCHEMA_STRING
+    return out
+
+
+def bounded_request(body: dict[str, Any]) -> dict[str, Any]:
+    """The request with its `response_format` JSON schema bounded (before keying)."""
+    fmt = body.get("response_format") or {}
+    if fmt.get("type") != "json_schema" or "schema" not in (fmt.get("json_schema") or {}):
+        return body
+    spec = dict(fmt["json_schema"])
+    spec["schema"] = bound_schema(spec["schema"])
+    return {**body, "response_format": {**fmt, "json_schema": spec}}
+
+
 def response_defects(body: dict[str, Any], response: dict[str, Any]) -> tuple[bool, bool]:
     """(cut at max_tokens, JSON asked for but unparseable): libraries such as Mem0 log such an
     extraction and drop it, so the endpoint counts them for the ingest log."""
@@ -232,9 +293,16 @@ def _error(message: str) -> dict[str, Any]:
 
 
 @contextmanager
-def serve_endpoint(chat: LLMClient, embedder: Embedder | None) -> Iterator[CachingEndpoint]:
+def serve_endpoint(
+    chat: LLMClient,
+    embedder: Embedder | None,
+    max_completion_tokens: int | None = None,
+    bound_schemas: bool = False,
+) -> Iterator[CachingEndpoint]:
     """Run a caching endpoint for the block; it is shut down however the block ends."""
-    endpoint = CachingEndpoint(chat, embedder)
+    endpoint = CachingEndpoint(
+        chat, embedder, max_completion_tokens=max_completion_tokens, bound_schemas=bound_schemas
+    )
     endpoint.start()
     try:
         yield endpoint

@@ -27,7 +27,13 @@ with job_logging(snakemake.log[0], f"doctor_store[{wc.corpus}/{wc.system}]"):
         def bm25(query, depth):
             return searcher.search([query], ["q"], depth, 1)["q"]
 
-    with memory_endpoint(p.llm, p.memory["llm"], p.dense) as (endpoint, _):
+    with memory_endpoint(
+        p.llm,
+        p.memory["llm"],
+        p.dense,
+        p.memory["max_completion_tokens"],
+        p.memory["structured_output"],
+    ) as (endpoint, _):
         handle = system.open(Path(inp.store), endpoint)
         try:
             doctor = StoreDoctor(

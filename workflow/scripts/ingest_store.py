@@ -12,7 +12,13 @@ with job_logging(snakemake.log[0], f"ingest_store[{wc.corpus}/{wc.system}]"):
     corpus = load_canonical(Path(snakemake.input.papers).parent)
     papers, questions = memory_slice(corpus, p.memory["papers"])
     system = get_store_system(wc.system).configure(p.memory)
-    with memory_endpoint(p.llm, p.memory["llm"], p.dense) as (endpoint, server):
+    with memory_endpoint(
+        p.llm,
+        p.memory["llm"],
+        p.dense,
+        p.memory["max_completion_tokens"],
+        p.memory["structured_output"],
+    ) as (endpoint, server):
         ingest_store(
             system,
             papers,
