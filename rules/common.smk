@@ -119,6 +119,25 @@ def store_bm25_index(wildcards, modalities):
     return f"results/{wildcards.corpus}/index/{wildcards.system}/bm25" if fused else []
 
 
+def memory_params(*extra):
+    """The part of `memory` config a store job depends on: what changes the store or its
+    calls (not the list of systems, nor how many papers run at once)."""
+    keep = [
+        "papers",
+        "llm",
+        "retries",
+        "structured_output",
+        "max_completion_tokens",
+        *extra,
+    ]
+    return {k: MEMORY[k] for k in keep}
+
+
+def encoder_params():
+    """What the endpoint's embeddings depend on: the encoder and its cache."""
+    return {"encoder": config["dense"]["encoder"], "cache": config["dense"]["cache"]}
+
+
 def memory_llm_params(wildcards):
     """The `llm` config the store jobs depend on: the ingest model and the call cache."""
     keep = ["backend", "cache", "models_dir", "servers_dir", "concurrency", "seed"]

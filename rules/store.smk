@@ -28,9 +28,9 @@ rule ingest_store:
         mem_mb=6000,
         runtime=600,
     params:
-        memory=MEMORY,
+        memory=memory_params(),
         llm=memory_llm_params,
-        dense=config["dense"],
+        dense=encoder_params(),
     script:
         "../workflow/scripts/ingest_store.py"
 
@@ -62,9 +62,9 @@ rule doctor_store:
         runtime=30,
     params:
         probes=config["doctor"]["probes"],
-        memory=MEMORY,
+        memory=memory_params("max_failed_share"),
         llm=memory_llm_params,
-        dense=config["dense"],
+        dense=encoder_params(),
         bm25={"k1": config["bm25"]["k1"], "b": config["bm25"]["b"]},
         budgets=BUDGETS,
         tolerance=config["budget_tolerance"],
@@ -103,9 +103,9 @@ rule restore_store:
         mem_mb=4000,
         runtime=30,
     params:
-        memory=MEMORY,
+        memory=memory_params(),
         llm=memory_llm_params,
-        dense=config["dense"],
+        dense=encoder_params(),
         bm25={"k1": config["bm25"]["k1"], "b": config["bm25"]["b"]},
         budgets=BUDGETS,
         mode=config["budget_mode"],

@@ -83,6 +83,11 @@ def check_memory_config(config: dict[str, Any], source: str = "config") -> None:
         raise ConfigError(
             f"{source}: memory.systems needs an `llm` section: their ingest calls a model"
         )
+    if not (config.get("dense") or {}).get("cache"):
+        raise ConfigError(
+            f"{source}: memory.systems needs dense.cache: every embedding a memory library "
+            "asks for goes through the embedding cache, so a rerun replays it"
+        )
     if memory.get("llm") not in llm.get("models", {}):
         raise ConfigError(
             f"{source}: memory.llm: model {memory.get('llm')!r} is not defined under llm.models"

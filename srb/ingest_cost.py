@@ -26,6 +26,7 @@ COLUMNS = [
     "llm_requests",
     "prompt_tokens",
     "completion_tokens",
+    "failed_requests",
     "invalid_json_responses",
     "truncated_responses",
     "model_calls_made",
@@ -47,6 +48,7 @@ def cost_row(corpus: str, ingest: dict[str, Any]) -> dict[str, Any]:
         "llm_requests": calls["chat_requests"],
         "prompt_tokens": calls["prompt_tokens"],
         "completion_tokens": calls["completion_tokens"],
+        "failed_requests": calls.get("failed_requests", 0),
         "invalid_json_responses": calls.get("invalid_json_responses", 0),
         "truncated_responses": calls.get("truncated_responses", 0),
         "model_calls_made": calls["model_calls"],
@@ -67,7 +69,8 @@ def ingest_cost_table(
         f"Ingest cost: {corpus}",
         "Per store system: papers ingested, failed and without items; items stored; the LLM "
         "requests and tokens of its ingest (counted from every response, cached or not, so the "
-        "same on a warm rerun); `invalid_json_responses` = extractions whose JSON does not "
+        "same on a warm rerun); `failed_requests` = requests the model server refused or failed; "
+        "`invalid_json_responses` = extractions whose JSON does not "
         "parse (libraries log and drop them: their facts are lost), `truncated_responses` = "
         "answers cut at max_tokens; `model_calls_made` = requests this run sent to a model; wall "
         "time of this run.",

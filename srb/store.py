@@ -94,6 +94,8 @@ def _ingest_one(
     started = time.perf_counter()
     error = None
     for attempt in range(1, retries + 2):
+        if attempt > 1:  # a retry starts from the store as it was before this paper
+            system.forget_paper(paper, store, endpoint)
         try:
             n = system.ingest_paper(paper, store, endpoint)
             log.info("%s: paper %s: %d item(s) (attempt %d)", system.name, paper.id, n, attempt)
@@ -111,6 +113,7 @@ def _ingest_one(
                 error,
                 traceback.format_exc(limit=3),
             )
+    system.forget_paper(paper, store, endpoint)  # a failed paper leaves no items behind
     return PaperIngest(
         paper.id, len(paper.text), retries + 1, None, error, time.perf_counter() - started
     )
@@ -146,12 +149,23 @@ def ingest_store(
             items = handle.items()
         finally:
             handle.close()
+        # a paper "has items" when something was extracted from it: an episode (Graphiti's
+        # copy of the raw paper) is stored whatever the extraction did, so it does not count
         per_paper: dict[str, int] = {}
         for item in items:
+            if item.kind == "episode":
+                continue
             for pid in item.paper_ids:
                 per_paper[pid] = per_paper.get(pid, 0) + 1
         for o in outcomes:
             o.exported_items = per_paper.get(o.paper_id, 0)
+        calls = stats()
+        if calls.get("internal_errors"):
+            raise RuntimeError(
+                f"{system.name}: the caching endpoint failed {calls['internal_errors']} time(s) "
+                "itself (model server, encoder or cache; see the log above): the ingest is not "
+                "trustworthy and nothing is written; a rerun replays what was cached"
+            )
         write_jsonl(items_out, (i.to_unit_record() for i in items))
         failed = [o for o in outcomes if o.error]
         record = {
@@ -162,7 +176,7 @@ def ingest_store(
             "papers_without_items": sorted(o.paper_id for o in outcomes if not o.exported_items),
             "items_stored": len(items),
             "items_by_kind": _count_kinds(items),
-            "model_calls": stats(),
+            "model_calls": calls,
             "wall_s": round(time.perf_counter() - started, 1),
             "per_paper": [asdict(o) for o in outcomes],
             "failed": [{"paper_id": o.paper_id, "error": o.error} for o in failed],
@@ -215,13 +229,21 @@ class StoreRanker:
             return [(i.item_id, i.score) for i in found]
         if self.bm25 is None:
             raise ValueError(f"{self.system.name}/{modality} fuses BM25, but no BM25 index given")
-        dense = [(i.item_id, i.score) for i in self.handle.search(query, "dense", self.depth)]
-        return rrf([dense, self.bm25(query, self.depth)], k=self.rrf_k, depth=knob)
+        # both channels at least as deep as the knob, so a large budget is not cut by depth
+        depth = max(self.depth, knob)
+        dense = [(i.item_id, i.score) for i in self.handle.search(query, "dense", depth)]
+        return rrf([dense, self.bm25(query, depth)], k=self.rrf_k, depth=knob)
 
     def restore(
         self, qid: str, query: str, modality: str, knob: int, requested: int | None
     ) -> Restored:
-        hits = [h for h in self.rank(query, modality, knob) if h[0] in self.units]
+        hits = self.rank(query, modality, knob)
+        unknown = [h[0] for h in hits if h[0] not in self.units]
+        if unknown:
+            raise ValueError(
+                f"{self.system.name}/{modality}: the search returned item(s) the exported items "
+                f"file does not hold ({', '.join(unknown[:3])}): store and export disagree"
+            )
         return Restored(qid, hits, [self.units[h[0]].text for h in hits], requested, knob, False)
 
 

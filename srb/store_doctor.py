@@ -132,9 +132,15 @@ class StoreDoctor:
         return Check(3, "channels", True, "both channels feed the fused ranking", seen)
 
     @staticmethod
-    def item_count(ingest: Mapping[str, Any], n_items_file: int, n_store: int) -> Check:
+    def item_count(
+        ingest: Mapping[str, Any], n_items_file: int, n_store: int, n_native: int | None
+    ) -> Check:
+        """The export (store), the items file and the ingest log agree, and so does the store's
+        own count (Qdrant's point count, Kuzu's node/edge count) when the library gives one."""
         seen = {"ingest_log": ingest.get("items_stored"), "items_file": n_items_file,
                 "store": n_store}  # fmt: skip
+        if n_native is not None:
+            seen["store_native"] = n_native
         if len(set(seen.values())) != 1:
             return Check(4, "item_count", False, "item counts disagree: " +
                          ", ".join(f"{k} {v}" for k, v in seen.items()), seen)  # fmt: skip
@@ -150,7 +156,7 @@ class StoreDoctor:
         if ingest.get("papers") != slice_papers:
             return Check(5, "document_count", False, f"the slice holds {slice_papers} papers, "
                          f"the ingest log {ingest.get('papers')}", seen)  # fmt: skip
-        share = len(without) / slice_papers if slice_papers else 1.0
+        share = len(set(without) | set(failed)) / slice_papers if slice_papers else 1.0
         msg = f"{slice_papers - len(without)} of {slice_papers} papers have items"
         if without:
             msg += f"; without items: {', '.join(without)}"
@@ -194,7 +200,7 @@ def run_store_doctor(
         doctor.probe_context(),
         doctor.budget_match(),
         doctor.channels(),
-        StoreDoctor.item_count(ingest, n_items_file, len(handle.items())),
+        StoreDoctor.item_count(ingest, n_items_file, len(handle.items()), handle.native_count()),
         doctor.document_count(ingest, slice_papers),
         doctor.knob_growth(),
     ]

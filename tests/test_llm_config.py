@@ -59,7 +59,7 @@ def test_unknown_judge(config: dict[str, Any]) -> None:
 
 def test_llm_system_not_among_retrieval_systems(config: dict[str, Any]) -> None:
     config["llm"]["systems"] = ["simple_rag", "paper_rag"]
-    with pytest.raises(ConfigError, match=r"llm\.systems: 'paper_rag' is not in the retrieval"):
+    with pytest.raises(ConfigError, match=r"llm\.systems: 'paper_rag' is not in systems or memory"):
         check_llm_config(config)
 
 
@@ -87,3 +87,19 @@ def test_prompt_template_must_be_a_file(config: dict[str, Any], tmp_path: Path) 
     config["llm"]["prompts"]["synthesize"] = str(tmp_path)  # a directory
     with pytest.raises(ConfigError, match=r"llm\.prompts\.synthesize"):
         check_llm_config(config)
+
+
+def test_memory_systems_are_checked_before_any_job(config: dict[str, Any]) -> None:
+    from srb.config import check_memory_config
+
+    config["dense"] = {"cache": "cache/embeddings.sqlite"}
+    config["memory"] = {"systems": ["mem9"], "llm": "smollm2-135m"}
+    with pytest.raises(ConfigError, match=r"memory\.systems: unknown store system 'mem9'"):
+        check_memory_config(config)
+    config["memory"] = {"systems": ["mem0"], "llm": "no-such-model"}
+    with pytest.raises(ConfigError, match=r"memory\.llm: model 'no-such-model' is not defined"):
+        check_memory_config(config)
+    config["memory"] = {"systems": ["mem0"], "llm": next(iter(config["llm"]["models"]))}
+    config["dense"] = {"cache": None}
+    with pytest.raises(ConfigError, match=r"needs dense\.cache"):
+        check_memory_config(config)

@@ -26,7 +26,13 @@ from srb.llm.client import LLMClient
 from srb.llm.proxy import Embedder, serve_endpoint
 from srb.store import StoreRanker, ingest_store, memory_slice
 from srb.store_doctor import StoreDoctor, run_store_doctor
-from srb.systems.mem0 import REFERENCE_DATE, Mem0System, paper_chunks, pinned_prompt_date
+from srb.systems.mem0 import (
+    EXTRACTION_SCHEMA,
+    REFERENCE_DATE,
+    Mem0System,
+    paper_chunks,
+    pinned_prompt_date,
+)
 from srb.systems.store import Endpoint
 from tests.test_llm_client import make_model_dir
 
@@ -71,7 +77,9 @@ QUESTIONS = (
 )
 
 
-def run_ingest(tmp: Path, cache: Path, name: str) -> tuple[dict, FactBackend, Path]:
+def run_ingest(
+    tmp: Path, cache: Path, name: str, options: dict | None = None, papers=PAPERS
+) -> tuple[dict, FactBackend, Path]:
     backend = FactBackend()
     client = LLMClient("vllm", "stand-in", {"max_model_len": 32768}, str(make_model_dir(tmp)),
                        CallCache(cache / "calls.sqlite"), tmp / "servers",
@@ -79,7 +87,8 @@ def run_ingest(tmp: Path, cache: Path, name: str) -> tuple[dict, FactBackend, Pa
     encoder = Encoder("minilm", cache_path=cache / "emb.sqlite")
     with serve_endpoint(client, Embedder(encoder, "minilm")) as ep:
         endpoint = Endpoint(ep.base_url, "stand-in", "minilm", 384)
-        record = ingest_store(Mem0System(), list(PAPERS), tmp / name / "store",
+        system = Mem0System().configure(options or {})
+        record = ingest_store(system, list(papers), tmp / name / "store",
                               tmp / name / "items.jsonl", tmp / name / "ingest.json", endpoint,
                               ep.stats.to_dict, retries=0, concurrency=2)  # fmt: skip
     return record, backend, tmp / name
@@ -114,7 +123,12 @@ def test_chunks_are_about_six_thousand_characters() -> None:
 def test_ingest_extracts_facts_through_the_endpoint_and_exports_them(ingested) -> None:
     _, _, (record, backend, out), _ = ingested
     assert len(backend.bodies) == 2  # one add() per ~6K chunk: one chunk per paper here
-    assert all(b["response_format"] == {"type": "json_object"} for b in backend.bodies)
+    # structured_output (default): Mem0's json_object call goes out with its bounded schema
+    assert all(
+        b["response_format"]["type"] == "json_schema"
+        and b["response_format"]["json_schema"]["schema"] == EXTRACTION_SCHEMA
+        for b in backend.bodies
+    )
     assert record["papers_failed"] == 0 and record["papers_without_items"] == []
     assert record["items_stored"] == 6 and record["model_calls"]["model_calls"] == 2
     items = [r for _, r in iter_jsonl(out / "items.jsonl")]
@@ -151,7 +165,7 @@ def doctor(tmp: Path, cache: Path, store: Path, out: Path, bm25) -> dict:
 
 
 def lexical(query: str, depth: int):
-    return [("mem0-0000000000000000", 1.0)]  # an id the items file does not hold: fused away
+    return []  # a BM25 channel that finds nothing (the empty-store probes)
 
 
 def test_doctor_passes_the_real_store(ingested) -> None:
@@ -177,3 +191,58 @@ def test_doctor_catches_a_store_path_on_an_empty_directory(ingested) -> None:
 def test_mem0_slice_questions_are_those_of_the_sliced_papers() -> None:
     papers, questions = memory_slice(Corpus("c", PAPERS, QUESTIONS), 1)
     assert [p.id for p in papers] == ["pa"] and [q.id for q in questions] == ["q1"]
+
+
+def test_without_structured_output_mem0_asks_json_mode_as_it_does(tmp_path) -> None:
+    _, backend, _ = run_ingest(tmp_path, tmp_path / "cache", "plain",
+                               {"structured_output": False}, PAPERS[:1])  # fmt: skip
+    assert [b["response_format"] for b in backend.bodies] == [{"type": "json_object"}]
+
+
+def test_concurrent_papers_all_see_the_pinned_date() -> None:
+    """Two threads overlapping in and out of the pinned block: both build pinned prompts."""
+    from mem0.configs.prompts import generate_additive_extraction_prompt
+
+    inside = threading.Barrier(2)
+    first_left = threading.Event()
+    seen: dict[str, str] = {}
+
+    def paper(name: str, leave_first: bool) -> None:
+        with pinned_prompt_date():
+            inside.wait()
+            if leave_first:
+                return first_left.set()
+            first_left.wait()  # the other paper has left the block; this one is still in it
+            seen[name] = generate_additive_extraction_prompt(new_messages="x")
+
+    threads = [threading.Thread(target=paper, args=("a", True)),
+               threading.Thread(target=paper, args=("b", False))]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert f"## Current Date\n{REFERENCE_DATE.isoformat()}" in seen["b"]
+
+
+def test_a_failed_retry_starts_from_a_clean_paper_scope(tmp_path) -> None:
+    """forget_paper removes the paper's memories and messages from the real store."""
+    from srb.systems.mem0 import USER_ID
+
+    _, _, out = run_ingest(tmp_path, tmp_path / "cache", "once", None, PAPERS[:1])
+    backend = FactBackend()
+    client = LLMClient("vllm", "stand-in", {"max_model_len": 32768}, str(make_model_dir(tmp_path)),
+                       CallCache(tmp_path / "cache" / "calls.sqlite"), tmp_path / "servers",
+                       backend_factory=lambda: backend)  # fmt: skip
+    encoder = Encoder("minilm", cache_path=tmp_path / "cache" / "emb.sqlite")
+    system = Mem0System()
+    with serve_endpoint(client, Embedder(encoder, "minilm")) as ep:
+        endpoint = Endpoint(ep.base_url, "stand-in", "minilm", 384)
+        store = tmp_path / "again"
+        system.prepare(store, endpoint)
+        system.ingest_paper(PAPERS[0], store, endpoint)
+        memory = system._memory(store, endpoint)
+        assert memory.get_all(filters={"user_id": USER_ID})["results"]
+        system.forget_paper(PAPERS[0], store, endpoint)
+        assert memory.get_all(filters={"user_id": USER_ID})["results"] == []
+        assert memory.db.get_last_messages(f"run_id={PAPERS[0].id}&user_id={USER_ID}") == []
+        system.finish(store, endpoint)

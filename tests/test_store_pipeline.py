@@ -67,13 +67,17 @@ class SentenceStore(StoreSystem):
 
     def ingest_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> int:
         self.attempts[paper.id] = self.attempts.get(paper.id, 0) + 1
-        if self.attempts[paper.id] <= self.fail.get(paper.id, 0):
-            raise RuntimeError(f"library error on {paper.id}")
         sentences = [s.strip() for s in paper.text.split(".") if s.strip()]
-        with open(store_dir / f"{paper.id}.jsonl", "w") as fh:
+        failing = self.attempts[paper.id] <= self.fail.get(paper.id, 0)
+        with open(store_dir / f"{paper.id}.jsonl", "a") as fh:  # a library that writes as it goes
             for i, s in enumerate(sentences):
+                if failing and i == 1:
+                    raise RuntimeError(f"library error on {paper.id}")
                 fh.write(json.dumps({"id": f"{paper.id}-{i}", "paper": paper.id, "text": s}) + "\n")
         return len(sentences)
+
+    def forget_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> None:
+        (store_dir / f"{paper.id}.jsonl").unlink(missing_ok=True)
 
     def open(self, store_dir: Path, endpoint: Endpoint) -> StoreHandle:
         return SentenceHandle(store_dir, self.per_channel)
@@ -134,8 +138,8 @@ def test_ingest_retries_then_records_a_failed_paper_and_exports_items(tmp_path) 
     assert system.attempts == {"p1": 2, "p2": 2}  # one retry each
     assert record["papers"] == 2 and record["papers_failed"] == 1
     assert record["failed"] == [{"paper_id": "p2", "error": "RuntimeError: library error on p2"}]
-    assert record["papers_without_items"] == ["p2"]
-    assert record["items_stored"] == 3  # p1's three sentences
+    assert record["papers_without_items"] == ["p2"]  # its partial first sentence was removed
+    assert record["items_stored"] == 3  # p1's three sentences, once: the retry started clean
     units = read_units(tmp_path / "items.jsonl")
     assert sorted(units) == ["p1-0", "p1-1", "p1-2"]
     assert units["p1-0"].start is None and units["p1-0"].paper_id == "p1"

@@ -38,7 +38,8 @@ class EndpointStats:
     model_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    failed_requests: int = 0
+    failed_requests: int = 0  # the model server refused or failed a request (told to the library)
+    internal_errors: int = 0  # the endpoint itself failed (server start, encoder, cache)
     truncated_responses: int = 0  # finish_reason "length": the model hit max_tokens
     invalid_json_responses: int = 0  # JSON was asked for (response_format) and is not parseable
     embedding_requests: int = 0
@@ -214,9 +215,9 @@ class CachingEndpoint:
                         self._send(*endpoint.embeddings(body))
                     else:
                         self._send(404, _error(f"no route {self.path}"))
-                except Exception as exc:  # reported to the library as a 500, and logged
+                except Exception as exc:  # a 500 to the library; counted: ingest then fails
                     log.exception("endpoint error on %s", self.path)
-                    endpoint._count(failed_requests=1)
+                    endpoint._count(internal_errors=1)
                     self._send(500, _error(f"{type(exc).__name__}: {exc}"))
 
         return Handler
@@ -238,8 +239,8 @@ def cap_completion_tokens(body: dict[str, Any], cap: int | None) -> dict[str, An
 
 
 #: Bounds added to a JSON schema's unbounded arrays and strings (see `bound_schema`).
-MAX_SCHEMA_ITEMS = 32
-MAX_SCHEMA_STRING = 2000
+MAX_SCHEMA_ITEMS = 12
+MAX_SCHEMA_STRING = 400
 
 
 def bound_schema(node: Any) -> Any:

@@ -391,6 +391,16 @@ class GraphitiHandle(StoreHandle):
                 out.append(replace(item, score=score))
         return out
 
+    def native_count(self) -> int:
+        """Kuzu's own count of the group's edges, entity nodes and episodes."""
+        db = self.runtime.driver.db
+        return sum(
+            _rows(db, f"MATCH (x:{label}) WHERE x.group_id = $g RETURN count(*) AS n", g=GROUP_ID)[
+                0
+            ]["n"]
+            for label in ("RelatesToNode_", "Entity", "Episodic")
+        )
+
     def close(self) -> None:
         self.runtime.close()
 
@@ -445,6 +455,20 @@ class GraphitiSystem(StoreSystem):
             )
         )
         return len(result.nodes) + len(result.edges) + 1  # + the episode itself
+
+    def forget_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> None:
+        """Remove the paper's episode (and what only it mentions) if a failed attempt saved it;
+        Graphiti saves an episode's nodes and edges at the end of add_episode, so a failure
+        during extraction leaves nothing."""
+        runtime = self._runtime(store_dir, endpoint)
+        found = _rows(
+            runtime.driver.db,
+            "MATCH (e:Episodic) WHERE e.group_id = $g AND e.name = $n RETURN e.uuid AS uuid",
+            g=GROUP_ID,
+            n=paper.id,
+        )
+        for row in found:
+            runtime.run(runtime.graphiti.remove_episode(row["uuid"]))
 
     def finish(self, store_dir: Path, endpoint: Endpoint) -> None:
         with self._lock:

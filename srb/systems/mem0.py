@@ -44,6 +44,8 @@ COLLECTION = "srb"
 CHUNK_CHARS = 6000
 REFERENCE_DATE = _dt.date(2026, 1, 1)  # the date Mem0's prompts see (not the wall clock)
 _date_lock = threading.Lock()
+_date_users = 0
+_date_original: Any = None
 
 
 class _PinnedDatetime(_dt.datetime):
@@ -57,17 +59,43 @@ class _PinnedDatetime(_dt.datetime):
 
 @contextmanager
 def pinned_prompt_date() -> Iterator[None]:
-    """Mem0's prompt builders read `datetime.now()` from their module: pin it for the block."""
+    """Mem0's prompt builders read `datetime.now()` from their module: pin it for the block.
+    Counted, so concurrent papers (threads) keep it pinned until the last one leaves."""
+    global _date_users, _date_original
     import mem0.configs.prompts as prompts
 
     with _date_lock:
-        original = prompts.datetime
-        prompts.datetime = _PinnedDatetime
+        if _date_users == 0:
+            _date_original = prompts.datetime
+            prompts.datetime = _PinnedDatetime
+        _date_users += 1
     try:
         yield
     finally:
         with _date_lock:
-            prompts.datetime = original
+            _date_users -= 1
+            if _date_users == 0:
+                prompts.datetime = _date_original
+
+
+class _Serialised:
+    """A vector store whose public methods run one at a time: Qdrant's local mode has no
+    locking of its own, and papers are added from several threads."""
+
+    def __init__(self, store: Any):
+        self._store = store
+        self._lock = threading.RLock()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if name.startswith("_") or not callable(attr):
+            return attr
+
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attr(*args, **kwargs)
+
+        return locked
 
 
 def mem0_config(store_dir: Path, endpoint: Endpoint) -> dict[str, Any]:
@@ -176,6 +204,10 @@ class Mem0Handle(StoreHandle):
             found[item.item_id] = item
         return [found[k] for k in sorted(found)]
 
+    def native_count(self) -> int:
+        store = self.memory.vector_store
+        return int(store.client.count(collection_name=COLLECTION, exact=True).count)
+
     def search(self, query: str, modality: str, knob: int) -> list[Item]:
         if modality not in ("dense", "hybrid"):
             raise ValueError(f"mem0 has no modality {modality!r} (dense, hybrid)")
@@ -220,6 +252,7 @@ class Mem0System(StoreSystem):
                 from mem0 import Memory
 
                 memory = Memory.from_config(mem0_config(store_dir, endpoint))
+                memory.vector_store = _Serialised(memory.vector_store)
                 if self.options.get("structured_output", True):
                     structured_extraction(memory.llm)
                 self._memories[store_dir] = memory
@@ -242,6 +275,17 @@ class Mem0System(StoreSystem):
                 )
             stored += sum(1 for r in result.get("results", []) if r.get("event") == "ADD")
         return stored
+
+    def forget_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> None:
+        """Delete the paper's memories and its saved messages (its run scope)."""
+        from mem0.memory.main import _build_session_scope
+
+        memory = self._memory(store_dir, endpoint)
+        memory.delete_all(user_id=USER_ID, run_id=paper.id)
+        scope = _build_session_scope({"user_id": USER_ID, "run_id": paper.id})
+        with memory.db._lock:
+            memory.db.connection.execute("DELETE FROM messages WHERE session_scope = ?", (scope,))
+            memory.db.connection.commit()
 
     def finish(self, store_dir: Path, endpoint: Endpoint) -> None:
         with self._lock:

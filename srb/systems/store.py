@@ -48,9 +48,11 @@ class Item:
 
     def to_unit_record(self) -> dict[str, Any]:
         """The record the workflow's units files hold (start/end null: rewritten text)."""
+        if not self.paper_ids:
+            raise ValueError(f"item {self.item_id}: no source paper; every item needs one")
         return {
             "id": self.item_id,
-            "paper_id": self.paper_ids[0] if self.paper_ids else "",
+            "paper_id": self.paper_ids[0],
             "paper_ids": list(self.paper_ids),
             "kind": self.kind,
             "start": self.span[0] if self.span else None,
@@ -89,6 +91,11 @@ class StoreHandle(ABC):
     def search(self, query: str, modality: str, knob: int) -> list[Item]:
         """The library's retrieval for one query; `knob` is the system's budget knob value."""
 
+    def native_count(self) -> int | None:
+        """How many items the store itself holds, counted by the library or database (not
+        through the export); None when it cannot tell. The doctor compares it with the export."""
+        return None
+
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release files and connections."""
 
@@ -115,6 +122,11 @@ class StoreSystem(ABC):
     @abstractmethod
     def ingest_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> int:
         """Add one paper to the store; return how many items the library reports it stored."""
+
+    @abstractmethod
+    def forget_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> None:
+        """Remove whatever a failed attempt at `paper` left in the store, so a retry starts
+        from the same state (and sends the same prompts) and a failed paper leaves no items."""
 
     @abstractmethod
     def open(self, store_dir: Path, endpoint: Endpoint) -> StoreHandle:

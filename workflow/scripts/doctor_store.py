@@ -14,8 +14,14 @@ wc, p, inp = snakemake.wildcards, snakemake.params, snakemake.input
 with job_logging(snakemake.log[0], f"doctor_store[{wc.corpus}/{wc.system}]"):
     corpus = load_canonical(Path(inp.questions).parent)
     papers, questions = memory_slice(corpus, p.memory["papers"])
-    probes = questions[: p.probes] if isinstance(p.probes, int) else questions
+    if not isinstance(p.probes, int):
+        raise ValueError(
+            "doctor.probes: store systems probe with the memory slice's own questions; "
+            "give a number of questions, not query texts"
+        )
+    probes = questions[: p.probes]
     system = get_store_system(wc.system).configure(p.memory)
+    system.check_installed()  # a missing library is named with its env file, not a bare import
     units = read_units(inp.store_items)
     n_items_file = sum(1 for _ in iter_jsonl(Path(inp.store_items)))
     bm25 = None

@@ -28,11 +28,12 @@ with job_logging(snakemake.log[0], f"ingest_store[{wc.corpus}/{wc.system}]"):
             endpoint,
             server.stats.to_dict,
             retries=p.memory["retries"],
-            concurrency=p.memory["concurrency"],
+            concurrency=snakemake.config["memory"]["concurrency"],  # speed only: not a param
             meta={
                 "corpus": wc.corpus,
                 "llm": p.memory["llm"],
                 "encoder": p.dense["encoder"],
+                "settings": p.memory,
                 "slice_questions": [q.id for q in questions],
             },
         )

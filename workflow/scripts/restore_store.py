@@ -13,6 +13,7 @@ with job_logging(snakemake.log[0], f"restore_store[{wc.corpus}/{wc.system}/{wc.m
     corpus = load_canonical(Path(inp.questions).parent)
     _, questions = memory_slice(corpus, p.memory["papers"])
     system = get_store_system(wc.system).configure(p.memory)
+    system.check_installed()  # a missing library is named with its env file, not a bare import
     units = read_units(inp.store_items)
     bm25 = None
     if inp.bm25:
