@@ -3,6 +3,7 @@ rule retrieval_diagnostics:
         questions="results/{corpus}/corpus/questions.jsonl",
         cells=lambda wc: retrieval_cells(wc.corpus),
         verdicts=lambda wc: budget_verdict_files(wc.corpus),
+        doctor=expand("results/{{corpus}}/doctor/{system}.json", system=ALL_SYSTEMS),
     output:
         csv=report(
             "results/{corpus}/diagnostics/retrieval.csv",
@@ -19,6 +20,7 @@ rule retrieval_diagnostics:
         runtime=10,
     params:
         grid=lambda wc: retrieval_grid(),
+        systems=ALL_SYSTEMS,
         tolerance=config["budget_tolerance"],
         gate=config["budget_gate"],
     script:

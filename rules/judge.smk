@@ -31,6 +31,11 @@ rule leaderboard:
         judgments=judgment_files,
         cells=cell_context_files,
         questions="results/{corpus}/corpus/questions.jsonl",
+        doctor=lambda wc: expand(
+            "results/{corpus}/doctor/{system}.json",
+            corpus=wc.corpus,
+            system=LLM["systems"],
+        ),
     output:
         csv=report(
             "results/{corpus}/leaderboard/{synth}/{judge}.csv",
@@ -52,5 +57,6 @@ rule leaderboard:
         runtime=10,
     params:
         grid=lambda wc: llm_cells(),
+        systems=LLM["systems"] if LLM else [],
     script:
         "../workflow/scripts/leaderboard.py"

@@ -62,7 +62,7 @@ rule doctor_store:
         runtime=30,
     params:
         probes=config["doctor"]["probes"],
-        memory=memory_params("max_failed_share"),
+        memory=memory_params("max_failed_share", "doctor_gate"),
         llm=memory_llm_params,
         dense=encoder_params(),
         bm25={"k1": config["bm25"]["k1"], "b": config["bm25"]["b"]},

@@ -15,7 +15,7 @@ import json
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from srb.atomic import atomic_write
 from srb.budget_check import FAILURES, OK, BudgetError, BudgetVerdict, knob_inert
 from srb.data.canonical import iter_jsonl, load_canonical
 from srb.data.schema import Question
+from srb.doctor import doctor_status
 from srb.tables import markdown_table
 
 Span = tuple[str, int, int]
@@ -148,6 +149,7 @@ COLUMNS = [
     "n_empty_context",
     "budget_ratio",
     "budget_status",
+    "doctor",
 ]
 
 
@@ -185,6 +187,7 @@ def retrieval_table(
     verdict_files: Sequence[str | Path] | None = None,
     tolerance: float = 0.25,
     gate: str = "fail",
+    doctor_reports: Mapping[str, str | Path] | None = None,
 ) -> list[dict[str, Any]]:
     """cells: (system, modality, budget, cell file). Writes CSV and a Markdown rendering.
 
@@ -203,6 +206,12 @@ def retrieval_table(
         }
         for s, m, b, f in cells
     ]
+    if doctor_reports:
+        status = {
+            s: doctor_status(json.loads(Path(f).read_text())) for s, f in doctor_reports.items()
+        }
+        for row in rows:
+            row["doctor"] = status.get(row["system"])
     failures: list[str] = []
     if verdict_files is not None:
         budget_cols, failures = budget_columns(

@@ -48,6 +48,15 @@ class DoctorError(RuntimeError):
     """A failed pre-run check; the message names corpus, system, check and numbers seen."""
 
 
+def doctor_status(report: Mapping[str, Any]) -> str:
+    """One cell of a table: "ok", or "FAILED: <check>, <check>" for a report the run went on
+    with (`memory.doctor_gate: warn`)."""
+    if report.get("ok"):
+        return "ok"
+    failed = [c["name"] for c in report.get("checks", []) if c.get("ok") is False]
+    return "FAILED: " + ", ".join(failed)
+
+
 @dataclass
 class Check:
     number: int

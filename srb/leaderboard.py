@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from srb.data.canonical import iter_jsonl, load_canonical
+from srb.doctor import doctor_status
 from srb.figures import pyplot, save_png
 from srb.retrieve import parse_budget
 from srb.tables import write_table
@@ -57,13 +58,26 @@ def budget_status(cell_file: str | Path) -> str | None:
     return json.loads(verdict.read_text()).get("status")
 
 
-def build_leaderboard(corpus_dir: str | Path, cells: Sequence[Cell]) -> list[dict[str, Any]]:
+def build_leaderboard(
+    corpus_dir: str | Path,
+    cells: Sequence[Cell],
+    doctor_reports: Mapping[str, str | Path] | None = None,
+) -> list[dict[str, Any]]:
+    """Rows per system/modality; with `doctor_reports` (system -> report) each row says
+    whether its system's doctor passed (a store system's may have failed under
+    `memory.doctor_gate: warn`)."""
     tiers = {q.id: q.tier for q in load_canonical(corpus_dir).questions}
+    doctor = {
+        s: doctor_status(json.loads(Path(f).read_text())) for s, f in (doctor_reports or {}).items()
+    }
     budgets = sorted({b for _, _, b, _, _ in cells if b != "native"}, key=lambda b: parse_budget(b))
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for system, modality, budget, judgments, context in cells:
         s = cell_summary(judgments, context, tiers)
-        row = rows.setdefault((system, modality), {"system": system, "modality": modality})
+        row = rows.setdefault(
+            (system, modality),
+            {"system": system, "modality": modality, "doctor": doctor.get(system)},
+        )
         if budget == "native":
             row.update(
                 {
@@ -105,7 +119,7 @@ def columns(budgets: Sequence[str]) -> list[str]:
     ]
     for b in budgets:
         cols += [f"{b}_score", f"{b}_chars", f"{b}_label_acc", f"{b}_budget"]
-    return [*cols, "n_questions", "n_invalid"]
+    return [*cols, "n_questions", "n_invalid", "doctor"]
 
 
 def write_leaderboard(
@@ -119,7 +133,8 @@ def write_leaderboard(
         "cell's budget verdict (ok, or why it is off, e.g. knob_limited = the system's own "
         "knob overshot and the cell was cut to the cap); n_questions: memory systems answer "
         "their slice's questions only; n_invalid: judgments that could not be parsed after "
-        "retries (excluded from scores)."
+        "retries (excluded from scores); doctor: the system's pre-run doctor (FAILED checks are "
+        "named when the run went on under memory.doctor_gate: warn)."
     )
     write_table(rows, columns(budgets), csv_out, md_out, title, note)
 

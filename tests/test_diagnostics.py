@@ -203,6 +203,7 @@ def test_retrieval_table_writes_csv_and_markdown(tiny, tmp_path: Path) -> None:
         "n_empty_context": "1",
         "budget_ratio": "",  # no verdict files given
         "budget_status": "",
+        "doctor": "",  # no doctor reports given
     }
     assert table[1]["budget"] == "10K"
     assert table[1]["evidence_recall"] == "0.625"
@@ -218,11 +219,13 @@ def test_retrieval_table_writes_csv_and_markdown(tiny, tmp_path: Path) -> None:
     header = "| " + " | ".join(COLUMNS[1:]) + " |"
     i = lines.index(header)
     assert lines[i + 1] == "|" + "---|" * (len(COLUMNS) - 1)
-    row2 = "| simple_rag | bm25 | native | 3 | 2 | 0.75 | 0.0 | 0.5 | 0.67 | – | 10 | 1 | – | – |"
+    row2 = (
+        "| simple_rag | bm25 | native | 3 | 2 | 0.75 | 0.0 | 0.5 | 0.67 | – | 10 | 1 | – | – | – |"
+    )
     assert lines[i + 2] == row2
     assert (
         lines[i + 3]
-        == "| simple_rag | hybrid | 10K | 3 | 2 | 0.625 | 0.0 | 1.0 | 2.0 | 40 | 39 | 0 | – | – |"
+        == "| simple_rag | hybrid | 10K | 3 | 2 | 0.625 | 0.0 | 1.0 | 2.0 | 40 | 39 | 0 | – | – | – |"
     )
     assert len(lines) == i + 4
     # no temporary files left beside the outputs
@@ -269,3 +272,15 @@ def test_evidence_token_coverage_reads_rewritten_text() -> None:
     assert evidence_token_coverage(question, fact, paper_texts) == 0.8
     assert evidence_recall(question, fact) is None  # no character spans: n/a, never 0
     assert evidence_token_coverage(q("q2", ("p1",)), fact, paper_texts) is None
+
+
+def test_a_doctor_that_failed_under_warn_is_marked_on_its_rows(tiny, tmp_path: Path) -> None:
+    cdir, cells = tiny
+    report = tmp_path / "doctor.json"
+    report.write_text(json.dumps({"ok": False, "gate": "warn", "checks": [
+        {"name": "probe_context", "ok": False}, {"name": "channels", "ok": None},
+        {"name": "item_count", "ok": True}]}))  # fmt: skip
+    rows = retrieval_table("tiny", cdir, cells, tmp_path / "t.csv", tmp_path / "t.md",
+                           doctor_reports={"simple_rag": report})  # fmt: skip
+    assert {r["doctor"] for r in rows} == {"FAILED: probe_context"}
+    assert "FAILED: probe_context" in (tmp_path / "t.md").read_text()

@@ -164,7 +164,7 @@ def documented_columns(budgets: list[str]) -> list[str]:
         cols += [f"native_{part}" for part in ("avg", "L1", "L2", "L3", "chars", "label_acc")]
     for b in sized:
         cols += [f"{b}_{part}" for part in ("score", "chars", "label_acc", "budget")]
-    return [*cols, "n_questions", "n_invalid"]
+    return [*cols, "n_questions", "n_invalid", "doctor"]
 
 
 def test_documented_columns_for_the_default_budgets() -> None:
@@ -191,7 +191,7 @@ def test_documented_columns_for_the_default_budgets() -> None:
         block = [c for c in got if c.startswith(f"{b}_")]
         assert block == [f"{b}_score", f"{b}_chars", f"{b}_label_acc", f"{b}_budget"]
     assert "n_invalid" in got
-    assert len(got) == 2 + 6 + 4 * len(sized) + 2
+    assert len(got) == 2 + 6 + 4 * len(sized) + 3
 
 
 def test_leaderboard_budget_blocks_follow_size_not_label_order(
@@ -263,12 +263,13 @@ def test_write_leaderboard(corpus_dir: Path, cells: list[tuple], tmp_path: Path)
         "10K_budget": "",
         "n_questions": "4",
         "n_invalid": "2",
+        "doctor": "",
     }
     # base: composites q1 2, q2 4 (L1 -> 3.0), q3 1 (L2), q4 1 (L3) -> 8/4 = 2.0; 0 chars;
     # labels False, False (q3, q4 unknown) -> 0.0; nothing at any budget.
     base = table[2]
     assert [base[c] for c in documented_columns(["native"])] == [
-        "base", "none", "2.0", "3.0", "1.0", "1.0", "0", "0.0", "4", "0"
+        "base", "none", "2.0", "3.0", "1.0", "1.0", "0", "0.0", "4", "0", ""
     ]  # fmt: skip
     assert all(base[c] == "" for c in base if c[0].isdigit())
 
@@ -283,7 +284,7 @@ def test_write_leaderboard(corpus_dir: Path, cells: list[tuple], tmp_path: Path)
     )
     assert lines[header + 2].startswith(
         "| simple_rag | hybrid | 5.67 | 7.0 | – | 3.0 | 2500 | 0.667 | 2.0 | 480 | 0.75 | – | "
-        "4.25 | 1995 | 1.0 | – | – | – | – | – | 5.0 | 9990 | 1.0 | – | 4 | 2 |"
+        "4.25 | 1995 | 1.0 | – | – | – | – | – | 5.0 | 9990 | 1.0 | – | 4 | 2 | – |"
     )
     assert lines[header + 5].startswith("| direct_read | none | – |")
 
@@ -404,3 +405,17 @@ def test_a_cells_budget_verdict_shows_in_its_block(corpus_dir: Path, cells: list
     rag = next(r for r in rows if r["system"] == "simple_rag")
     assert rag["2K_budget"] == "knob_limited"
     assert rag["500_budget"] is None  # no verdict beside that cell
+
+
+def test_a_failed_doctor_is_named_on_its_systems_rows(
+    corpus_dir: Path, cells: list[tuple], tmp_path: Path
+) -> None:
+    report = tmp_path / "graphiti.json"
+    report.write_text(json.dumps({"ok": False, "checks": [{"name": "probe_context", "ok": False}]}))
+    ok = tmp_path / "ok.json"
+    ok.write_text(json.dumps({"ok": True, "checks": []}))
+    rows = build_leaderboard(corpus_dir, cells, {"simple_rag": report, "paper_rag": ok})
+    by = {r["system"]: r for r in rows}
+    assert by["simple_rag"]["doctor"] == "FAILED: probe_context"
+    assert by["paper_rag"]["doctor"] == "ok"
+    assert by["base"]["doctor"] is None  # no doctor for systems without retrieval

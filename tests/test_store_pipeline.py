@@ -291,3 +291,16 @@ def test_pins_that_are_missing_or_different_name_the_system_and_file(tmp_path) -
     assert "no-such-dist-srb is not installed" in str(err.value) and str(req) in str(err.value)
     with pytest.raises(ConfigError, match="requirements file .* is missing"):
         check_pins("x", tmp_path / "absent.txt")
+
+
+def test_doctor_gate_warn_writes_the_failed_report_and_goes_on(tmp_path) -> None:
+    system = SentenceStore()
+    ingest(tmp_path, system)
+    doctor, n = doctor_for(tmp_path, system, bm25=False)
+    log = json.loads((tmp_path / "ingest.json").read_text())
+    n_file = sum(1 for _ in iter_jsonl(tmp_path / "items.jsonl"))
+    result = run_store_doctor("tiny", doctor, log, n_file, n, tmp_path / "doctor.json", gate="warn")
+    written = json.loads((tmp_path / "doctor.json").read_text())
+    assert result == written and written["ok"] is False and written["gate"] == "warn"
+    assert [c["name"] for c in written["checks"] if c["ok"] is False] == ["channels"]
+    assert not (tmp_path / "doctor.failed.json").exists()

@@ -56,6 +56,7 @@ with job_logging(snakemake.log[0], f"doctor_store[{wc.corpus}/{wc.system}]"):
                 n_items_file,
                 len(papers),
                 snakemake.output.report,
+                gate=p.memory["doctor_gate"],
             )
         finally:
             handle.close()

@@ -13,7 +13,8 @@ with job_logging(snakemake.log[0], f"leaderboard[{wc.corpus}/{wc.synth}/{wc.judg
             snakemake.params.grid, snakemake.input.judgments, snakemake.input.cells, strict=True
         )
     ]
-    rows = build_leaderboard(Path(snakemake.input.questions).parent, cells)
+    doctor = dict(zip(snakemake.params.systems, snakemake.input.doctor, strict=True))
+    rows = build_leaderboard(Path(snakemake.input.questions).parent, cells, doctor)
     title = f"{wc.corpus}: synthesizer {wc.synth}, judge {wc.judge}"
     write_leaderboard(rows, title, snakemake.output.csv, snakemake.output.md)
     budget_sweep_figure(rows, title, snakemake.output.png)

@@ -17,4 +17,5 @@ with job_logging(snakemake.log[0], f"diagnostics[{wc.corpus}]"):
         verdict_files=snakemake.input.verdicts,
         tolerance=snakemake.params.tolerance,
         gate=snakemake.params.gate,
+        doctor_reports=dict(zip(snakemake.params.systems, snakemake.input.doctor, strict=True)),
     )
