@@ -130,7 +130,7 @@ def memory_params(*extra):
         "max_completion_tokens",
         *extra,
     ]
-    return {k: MEMORY[k] for k in keep}
+    return {k: MEMORY.get(k) for k in keep}
 
 
 def encoder_params():

@@ -83,7 +83,8 @@ def check_memory_config(config: dict[str, Any], source: str = "config") -> None:
         raise ConfigError(
             f"{source}: memory.systems needs an `llm` section: their ingest calls a model"
         )
-    if not (config.get("dense") or {}).get("cache"):
+    dense = config.get("dense") or {}
+    if "cache" in dense and not dense["cache"]:  # absent = the schema's default cache
         raise ConfigError(
             f"{source}: memory.systems needs dense.cache: every embedding a memory library "
             "asks for goes through the embedding cache, so a rerun replays it"

@@ -15,13 +15,42 @@ from pathlib import Path
 import pytest
 import yaml
 from test_llm_workflow import llm_config
-from test_workflow import REPO, snakemake, write_config, write_tiny_corpus
+from test_workflow import REPO, snakemake, write_config
 
 pytestmark = pytest.mark.integration
 
 QWEN = yaml.safe_load((REPO / "config/config.yaml").read_text())["llm"]["models"][
     "qwen2.5-coder-0.5b"
 ]
+
+
+#: Short papers in plain prose: the tiny model's extraction stays within its answer cap.
+PAPERS = {
+    "P-salt": "Dietary salt reduction lowered systolic blood pressure by 5 mmHg in 412 "
+    "hypertensive adults. The trial ran for six months in Leeds. Adverse events were rare.",
+    "P-sleep": "Cognitive behavioural therapy for insomnia improved sleep efficiency by 9 points "
+    "in 120 older adults. Sessions were weekly. The benefit lasted a year.",
+    "P-malaria": "Insecticide-treated bed nets cut malaria incidence by half among 3,000 children "
+    "under five in Malawi over two rainy seasons, compared with untreated nets and no nets.",
+}
+
+
+def write_store_corpus(root: Path) -> Path:
+    corpus = root / "tiny"
+    corpus.mkdir(parents=True)
+    papers, questions = [], []
+    for pid, text in PAPERS.items():
+        papers.append({"id": pid, "title": pid, "text": text, "source": "test", "licence": "CC0"})
+        first = text.split(". ")[0]
+        questions.append({
+            "id": f"Q-{pid}", "question": f"What did the trial find? ({pid[2:]})",
+            "gold_answer": first, "must_have": [first], "paper_ids": [pid], "tier": "L1",
+            "types": ["factual"], "gold_label": None,
+            "evidence": [{"paper_id": pid, "start": 0, "end": len(first)}],
+        })  # fmt: skip
+    (corpus / "papers.jsonl").write_text("".join(json.dumps(p) + "\n" for p in papers))
+    (corpus / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
+    return corpus
 
 
 def store_config(root: Path, corpus: Path, papers: int = 2) -> Path:
@@ -37,7 +66,7 @@ def store_config(root: Path, corpus: Path, papers: int = 2) -> Path:
             "systems": ["mem0", "graphiti"],
             "papers": papers,
             "llm": "qwen2.5-coder-0.5b",
-            "max_completion_tokens": 512,
+            "max_completion_tokens": 1024,
         },
     )
 
@@ -48,12 +77,14 @@ SYSTEMS = ("mem0", "graphiti")
 @pytest.fixture(scope="module")
 def ingested(tmp_path_factory):
     root = tmp_path_factory.mktemp("store")
-    config = store_config(root, write_tiny_corpus(root))
+    config = store_config(root, write_store_corpus(root))
     targets = [f"results/tiny/units/{s}.ingest.json" for s in SYSTEMS]
     proc = snakemake(root, config, *targets)
     assert proc.returncode == 0, proc.stderr[-5000:]
     cold = {s: json.loads((root / t).read_text()) for s, t in zip(SYSTEMS, targets, strict=True)}
     items = {s: (root / f"results/tiny/units/{s}.jsonl").read_bytes() for s in SYSTEMS}
+    for s in SYSTEMS:  # the cold run's logs (the warm rerun rewrites them)
+        cold[s]["_log"] = (root / f"results/logs/ingest_store/tiny/{s}.log").read_text()
     proc = snakemake(root, config, *targets, "--forcerun", "ingest_store")
     assert proc.returncode == 0, proc.stderr[-5000:]
     warm = {s: json.loads((root / t).read_text()) for s, t in zip(SYSTEMS, targets, strict=True)}
@@ -66,12 +97,15 @@ def test_mem0_ingest_goes_through_vllm_and_is_accounted(ingested) -> None:
     assert cold["system"] == "mem0" and cold["llm"] == "qwen2.5-coder-0.5b"
     assert cold["papers"] == 2  # the slice: the two shortest papers
     calls = cold["model_calls"]
-    # one extraction call per ~6K-char chunk (each tiny paper is one chunk), all sent to vLLM
+    # one extraction call per ~6K-char chunk (each short paper is one chunk), all sent to vLLM
     assert calls["chat_requests"] == 2 and calls["model_calls"] == 2
+    assert calls["truncated_responses"] == 0 and calls["invalid_json_responses"] == 0
     assert calls["prompt_tokens"] > 2 * 5000  # Mem0's extraction prompt is several K tokens
     assert calls["failed_requests"] == 0
-    log = (root / "results/logs/ingest_store/tiny/mem0.log").read_text()
-    assert "vLLM for qwen2.5-coder-0.5b ready" in log  # the real server answered them
+    # the real server answered them: this job started it, or the other ingest job had
+    started = "vLLM for qwen2.5-coder-0.5b ready"
+    assert started in cold["_log"] or "reusing vLLM server for qwen2.5-coder-0.5b" in cold["_log"]
+    assert any(started in c["_log"] for c in cold_all.values())
 
 
 def test_graphiti_ingest_goes_through_vllm_and_is_accounted(ingested) -> None:
@@ -79,10 +113,12 @@ def test_graphiti_ingest_goes_through_vllm_and_is_accounted(ingested) -> None:
     cold = cold_all["graphiti"]
     assert cold["papers"] == 2 and cold["llm"] == "qwen2.5-coder-0.5b"
     calls = cold["model_calls"]
-    # at least entity and edge extraction per paper, every one sent to the real server
-    assert calls["chat_requests"] >= 4 and calls["model_calls"] == calls["chat_requests"]
-    assert calls["completion_tokens"] > 0 and calls["failed_requests"] == 0
-    assert cold["items_by_kind"].get("episode") == 2 - cold["papers_failed"]
+    # at least one extraction call per paper; every request is a model call or a cache hit
+    assert calls["chat_requests"] >= 2
+    assert calls["model_calls"] + calls["chat_cache_hits"] == calls["chat_requests"]
+    assert calls["model_calls"] >= 2 and calls["failed_requests"] == 0
+    assert cold["papers_failed"] == 0, cold["failed"]
+    assert cold["items_by_kind"]["episode"] == 2  # one episode per paper
 
 
 @pytest.mark.parametrize("system", SYSTEMS)
