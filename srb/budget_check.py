@@ -174,3 +174,15 @@ def cell_verdict(
         calibration.top_k if calibration else None,
         calibration.mean_unit_chars if calibration else None,
     )
+
+
+def apply_gate(verdicts: Mapping[str, BudgetVerdict | None], gate: str, where: str) -> None:
+    """With `gate: fail`, raise BudgetError naming every off-budget cell of one
+    system/modality (after all of them were written); `warn` only leaves them marked."""
+    failed = [(b, v) for b, v in verdicts.items() if v is not None and v.failed]
+    if failed and gate == "fail":
+        lines = "\n".join(f"  budget {b}: {v.status}: {v.reason}" for b, v in failed)
+        raise BudgetError(
+            f"budget gate: {where}: {len(failed)} cell(s) off budget\n{lines}\n"
+            "  (budget_gate: warn records them in the diagnostics instead of failing)"
+        )

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from srb.atomic import write_json, write_jsonl
-from srb.budget_check import BudgetError, BudgetVerdict, cell_verdict
+from srb.budget_check import BudgetVerdict, apply_gate, cell_verdict
 from srb.data.canonical import iter_jsonl, load_canonical
 from srb.ingest import read_units
 from srb.retrieve import (
@@ -126,11 +126,5 @@ def restore_cells(
         write_json(verdict_out, verdict.to_dict())
         log.info("budget %s: %s (%s)", budget, verdict.status, verdict.reason)
         verdicts[budget] = verdict
-    failed = [(b, v) for b, v in verdicts.items() if v is not None and v.failed]
-    if failed and gate == "fail":
-        lines = "\n".join(f"  budget {b}: {v.status}: {v.reason}" for b, v in failed)
-        raise BudgetError(
-            f"budget gate: {where or system}: {len(failed)} cell(s) off budget\n{lines}\n"
-            "  (budget_gate: warn records them in the diagnostics instead of failing)"
-        )
+    apply_gate(verdicts, gate, where or system)
     return verdicts

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from srb.atomic import atomic_directory, write_json, write_jsonl
-from srb.budget_check import BudgetError, BudgetVerdict, cell_verdict, knob_limited
+from srb.budget_check import BudgetVerdict, apply_gate, cell_verdict, knob_limited
 from srb.data.schema import Corpus, Paper, Question
 from srb.retrieve import (
     Hit,
@@ -86,6 +86,38 @@ def memory_endpoint(
     embedder = Embedder(encoder, dense["encoder"])
     with serve_endpoint(client, embedder, max_completion_tokens, bound_schemas) as server:
         yield Endpoint(server.base_url, model, dense["encoder"], encoder.dim), server
+
+
+def bm25_channel(
+    index: str | Path | None, params: Mapping[str, float]
+) -> Callable[[str, int], list[Hit]] | None:
+    """Pyserini BM25 over a store's exported items as a (query, depth) -> hits channel."""
+    if not index:
+        return None
+    from srb.index.lucene import BM25Searcher
+
+    searcher = BM25Searcher(index, params["k1"], params["b"])
+    return lambda query, depth: searcher.search([query], ["q"], depth, 1)["q"]
+
+
+@contextmanager
+def opened_store(
+    system: StoreSystem,
+    store_dir: str | Path,
+    llm: Mapping[str, Any],
+    memory: Mapping[str, Any],
+    dense: Mapping[str, Any],
+) -> Iterator[StoreHandle]:
+    """A finished store opened for search, with its caching endpoint (embeddings of queries);
+    the pins are checked first, so a missing library is named with its env file."""
+    system.check_installed()
+    settings = (memory.get("max_completion_tokens"), memory.get("structured_output", True))
+    with memory_endpoint(llm, memory["llm"], dense, *settings) as (endpoint, _):
+        handle = system.open(Path(store_dir), endpoint)
+        try:
+            yield handle
+        finally:
+            handle.close()
 
 
 def _ingest_one(
@@ -300,11 +332,5 @@ def restore_store_cells(
             "%s budget %s: %s (%s)", where or system.name, budget, verdict.status, verdict.reason
         )
         verdicts[budget] = verdict
-    failed = [(b, v) for b, v in verdicts.items() if v is not None and v.failed]
-    if failed and gate == "fail":
-        lines = "\n".join(f"  budget {b}: {v.status}: {v.reason}" for b, v in failed)
-        raise BudgetError(
-            f"budget gate: {where or system.name}: {len(failed)} cell(s) off budget\n{lines}\n"
-            "  (budget_gate: warn records them in the diagnostics instead of failing)"
-        )
+    apply_gate(verdicts, gate, where or system.name)
     return verdicts

@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from srb.atomic import write_json
 from srb.budget_check import cell_verdict, knob_limited
 from srb.data.schema import Question
-from srb.doctor import Check, DoctorError
+from srb.doctor import Check, finish_report
 from srb.retrieve import budget_cap, calibrated_top_k, cap_restored, mean_unit_chars, parse_budget
 from srb.store import StoreRanker
 
@@ -209,40 +207,5 @@ def run_store_doctor(
         doctor.document_count(ingest, slice_papers),
         doctor.knob_growth(),
     ]
-    failed = [c for c in checks if c.ok is False]
-    system = doctor.system.name
-    result = {
-        "corpus": corpus,
-        "system": system,
-        "ok": not failed,
-        "gate": gate,
-        "probes": [{"id": p.id, "text": p.question} for p in doctor.probes],
-        "checks": [asdict(c) for c in checks],
-    }
-    report = Path(report)
-    failed_report = report.with_name(report.stem + ".failed.json")
-    for c in checks:
-        state = {True: "ok", False: "FAILED", None: "n/a"}[c.ok]
-        log.info("check %d %s: %s - %s", c.number, c.name, state, c.message)
-    if failed and gate == "warn":
-        failed_report.unlink(missing_ok=True)
-        write_json(report, result)
-        log.warning(
-            "doctor: corpus %s, system %s: %d of 6 checks FAILED (doctor_gate: warn, the run "
-            "goes on and the tables mark it): %s",
-            corpus,
-            system,
-            len(failed),
-            "; ".join(f"check {c.number} ({c.name}): {c.message}" for c in failed),
-        )
-        return result
-    if failed:
-        write_json(failed_report, result)
-        lines = "\n".join(f"  check {c.number} ({c.name}): {c.message}" for c in failed)
-        raise DoctorError(
-            f"doctor: corpus {corpus}, system {system}: {len(failed)} of 6 checks failed\n"
-            f"{lines}\n  full report: {failed_report}"
-        )
-    failed_report.unlink(missing_ok=True)
-    write_json(report, result)
-    return result
+    probes = [{"id": p.id, "text": p.question} for p in doctor.probes]
+    return finish_report(corpus, doctor.system.name, probes, checks, report, gate)
