@@ -24,11 +24,7 @@ import pytest
 from srb.data.canonical import iter_jsonl
 from srb.data.schema import Paper, Question
 from srb.doctor import DoctorError
-from srb.index.dense import Encoder
 from srb.ingest import read_units
-from srb.llm.cache import CallCache
-from srb.llm.client import LLMClient
-from srb.llm.proxy import Embedder, serve_endpoint
 from srb.store import StoreRanker, ingest_store
 from srb.store_doctor import StoreDoctor, run_store_doctor
 from srb.systems.graphiti import (
@@ -42,7 +38,7 @@ from srb.systems.graphiti import (
     fulltext_index_queries,
 )
 from srb.systems.store import Endpoint
-from tests.test_llm_client import make_model_dir
+from tests.stand_in_chat import chat_completion, stand_in_endpoint
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -112,12 +108,7 @@ class GraphBackend:
         user = body["messages"][-1]["content"]
         schema = body["response_format"]["json_schema"]["name"]
         content = "no JSON here" if self.broken else json.dumps(self.answer(schema, user))
-        return {
-            "id": "x", "object": "chat.completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": len(user.split()), "completion_tokens": len(content) // 4},
-        }  # fmt: skip
+        return chat_completion(content, len(user.split()), len(content) // 4)
 
 
 PAPERS = (
@@ -134,19 +125,11 @@ QUESTIONS = (
 )
 
 
-def client_for(tmp: Path, cache: Path, backend: GraphBackend) -> LLMClient:
-    return LLMClient("vllm", "stand-in", {"max_model_len": 32768}, str(make_model_dir(tmp)),
-                     CallCache(cache / "calls.sqlite"), tmp / "servers",
-                     backend_factory=lambda: backend)  # fmt: skip
-
-
 def run_ingest(
     tmp: Path, cache: Path, name: str, papers=PAPERS, backend: GraphBackend | None = None
 ) -> tuple[dict, GraphBackend, Path]:
     backend = backend or GraphBackend()
-    encoder = Encoder("minilm", cache_path=cache / "emb.sqlite")
-    with serve_endpoint(client_for(tmp, cache, backend), Embedder(encoder, "minilm")) as ep:
-        endpoint = Endpoint(ep.base_url, "stand-in", "minilm", 384)
+    with stand_in_endpoint(tmp, cache, backend) as (endpoint, ep):
         record = ingest_store(GraphitiSystem(), list(papers), tmp / name / "store",
                               tmp / name / "items.jsonl", tmp / name / "ingest.json", endpoint,
                               ep.stats.to_dict, retries=0, concurrency=2)  # fmt: skip
@@ -166,10 +149,8 @@ def ingested(tmp_path_factory):
 def searched(ingested):
     """An opened store on a live endpoint (search embeds the query through it)."""
     tmp, cache, (_, _, out), _ = ingested
-    encoder = Encoder("minilm", cache_path=cache / "emb.sqlite")
     backend = GraphBackend()
-    with serve_endpoint(client_for(tmp, cache, backend), Embedder(encoder, "minilm")) as ep:
-        endpoint = Endpoint(ep.base_url, "stand-in", "minilm", 384)
+    with stand_in_endpoint(tmp, cache, backend) as (endpoint, _):
         system = GraphitiSystem()
         handle = system.open(out / "store", endpoint)
         try:
@@ -394,9 +375,7 @@ def test_a_second_process_can_search_the_store_while_it_is_open(searched) -> Non
 
 def doctor(tmp: Path, cache: Path, store: Path, out: Path) -> dict:
     system = GraphitiSystem()
-    encoder = Encoder("minilm", cache_path=cache / "emb.sqlite")
-    with serve_endpoint(client_for(tmp, cache, GraphBackend()), Embedder(encoder, "minilm")) as ep:
-        endpoint = Endpoint(ep.base_url, "stand-in", "minilm", 384)
+    with stand_in_endpoint(tmp, cache, GraphBackend()) as (endpoint, _):
         handle = system.open(store, endpoint)
         try:
             ranker = StoreRanker(system, handle, read_units(out / "items.jsonl"))

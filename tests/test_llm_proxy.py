@@ -15,10 +15,9 @@ import pytest
 
 from srb.index.dense import Encoder
 from srb.llm.backends import LLMCallError
-from srb.llm.cache import CallCache
 from srb.llm.client import LLMClient
 from srb.llm.proxy import Embedder, serve_endpoint
-from tests.test_llm_client import make_model_dir
+from tests.stand_in_chat import chat_completion, stand_in_client
 
 
 class RecordingBackend:
@@ -36,32 +35,11 @@ class RecordingBackend:
         text = body["messages"][-1]["content"]
         if text == "fail":
             raise LLMCallError("context too long", status=400)
-        return {
-            "id": f"chatcmpl-{len(self.bodies)}",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "tiny-model",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text[::-1]},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
-        }
+        return chat_completion(text[::-1], 7, 3)
 
 
 def client_for(tmp_path: Path, backend: RecordingBackend) -> LLMClient:
-    return LLMClient(
-        "vllm",
-        "tiny-model",
-        {"max_model_len": 2048},
-        str(make_model_dir(tmp_path)),
-        CallCache(tmp_path / "calls.sqlite"),
-        tmp_path / "servers",
-        backend_factory=lambda: backend,
-    )
+    return stand_in_client(tmp_path, tmp_path / "calls.sqlite", backend, "tiny-model", 2048)
 
 
 def ask(base_url: str, text: str, **extra) -> openai.types.chat.ChatCompletion:

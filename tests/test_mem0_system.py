@@ -19,11 +19,7 @@ import pytest
 from srb.data.canonical import iter_jsonl
 from srb.data.schema import Corpus, Paper, Question
 from srb.doctor import DoctorError
-from srb.index.dense import Encoder
 from srb.ingest import read_units
-from srb.llm.cache import CallCache
-from srb.llm.client import LLMClient
-from srb.llm.proxy import Embedder, serve_endpoint
 from srb.store import StoreRanker, ingest_store, memory_slice
 from srb.store_doctor import StoreDoctor, run_store_doctor
 from srb.systems.mem0 import (
@@ -33,8 +29,7 @@ from srb.systems.mem0 import (
     paper_chunks,
     pinned_prompt_date,
 )
-from srb.systems.store import Endpoint
-from tests.test_llm_client import make_model_dir
+from tests.stand_in_chat import chat_completion, stand_in_endpoint
 
 
 class FactBackend:
@@ -54,13 +49,7 @@ class FactBackend:
         new = new.strip().removeprefix("user:").strip()
         sentences = [s for s in re.split(r"(?<=\.)\s+", new) if s]
         facts = [{"id": str(i), "text": s} for i, s in enumerate(sentences)]
-        content = json.dumps({"memory": facts})
-        return {
-            "id": "x", "object": "chat.completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": len(user.split()), "completion_tokens": len(facts)},
-        }  # fmt: skip
+        return chat_completion(json.dumps({"memory": facts}), len(user.split()), len(facts))
 
 
 PAPERS = (
@@ -81,12 +70,7 @@ def run_ingest(
     tmp: Path, cache: Path, name: str, options: dict | None = None, papers=PAPERS
 ) -> tuple[dict, FactBackend, Path]:
     backend = FactBackend()
-    client = LLMClient("vllm", "stand-in", {"max_model_len": 32768}, str(make_model_dir(tmp)),
-                       CallCache(cache / "calls.sqlite"), tmp / "servers",
-                       backend_factory=lambda: backend)  # fmt: skip
-    encoder = Encoder("minilm", cache_path=cache / "emb.sqlite")
-    with serve_endpoint(client, Embedder(encoder, "minilm")) as ep:
-        endpoint = Endpoint(ep.base_url, "stand-in", "minilm", 384)
+    with stand_in_endpoint(tmp, cache, backend) as (endpoint, ep):
         system = Mem0System().configure(options or {})
         record = ingest_store(system, list(papers), tmp / name / "store",
                               tmp / name / "items.jsonl", tmp / name / "ingest.json", endpoint,
@@ -147,12 +131,7 @@ def test_warm_reingest_makes_no_model_call_and_exports_identical_items(ingested)
 
 def doctor(tmp: Path, cache: Path, store: Path, out: Path, bm25) -> dict:
     system = Mem0System()
-    client = LLMClient("vllm", "stand-in", {"max_model_len": 32768}, str(make_model_dir(tmp)),
-                       CallCache(cache / "calls.sqlite"), tmp / "servers",
-                       backend_factory=FactBackend)  # fmt: skip
-    encoder = Encoder("minilm", cache_path=cache / "emb.sqlite")
-    with serve_endpoint(client, Embedder(encoder, "minilm")) as ep:
-        endpoint = Endpoint(ep.base_url, "stand-in", "minilm", 384)
+    with stand_in_endpoint(tmp, cache, FactBackend()) as (endpoint, _):
         handle = system.open(store, endpoint)
         try:
             ranker = StoreRanker(system, handle, read_units(out / "items.jsonl"), bm25, 10)
@@ -229,14 +208,8 @@ def test_a_failed_retry_starts_from_a_clean_paper_scope(tmp_path) -> None:
     from srb.systems.mem0 import USER_ID
 
     _, _, out = run_ingest(tmp_path, tmp_path / "cache", "once", None, PAPERS[:1])
-    backend = FactBackend()
-    client = LLMClient("vllm", "stand-in", {"max_model_len": 32768}, str(make_model_dir(tmp_path)),
-                       CallCache(tmp_path / "cache" / "calls.sqlite"), tmp_path / "servers",
-                       backend_factory=lambda: backend)  # fmt: skip
-    encoder = Encoder("minilm", cache_path=tmp_path / "cache" / "emb.sqlite")
     system = Mem0System()
-    with serve_endpoint(client, Embedder(encoder, "minilm")) as ep:
-        endpoint = Endpoint(ep.base_url, "stand-in", "minilm", 384)
+    with stand_in_endpoint(tmp_path, tmp_path / "cache", FactBackend()) as (endpoint, _):
         store = tmp_path / "again"
         system.prepare(store, endpoint)
         system.ingest_paper(PAPERS[0], store, endpoint)
