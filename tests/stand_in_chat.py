@@ -6,15 +6,18 @@ to); embeddings are the real packaged MiniLM through the embedding cache.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from srb.data.schema import Paper
 from srb.index.dense import Encoder
 from srb.llm.cache import CallCache
 from srb.llm.client import LLMClient
 from srb.llm.proxy import CachingEndpoint, Embedder, serve_endpoint
+from srb.store import ingest_store
 from srb.systems.store import Endpoint
 from tests.test_llm_client import make_model_dir
 
@@ -58,3 +61,33 @@ def stand_in_endpoint(
     client = stand_in_client(tmp, cache / "calls.sqlite", backend)
     with serve_endpoint(client, Embedder(encoder, "minilm")) as server:
         yield Endpoint(server.base_url, "stand-in", "minilm", 384), server
+
+
+class StandInChat:
+    """Records every body it is sent (thread-safe); subclasses answer it in `reply`."""
+
+    name = "stand-in"
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def post_chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self.bodies.append(body)
+        return self.reply(body)
+
+    def reply(self, body: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+def ingest_with_stand_in(
+    system: Any, papers: Sequence[Paper], tmp: Path, cache: Path, name: str, backend: Any
+) -> tuple[dict[str, Any], Path]:
+    """ingest_store through the caching endpoint; outputs under tmp/name."""
+    out = tmp / name
+    with stand_in_endpoint(tmp, cache, backend) as (endpoint, server):
+        record = ingest_store(system, list(papers), out / "store", out / "items.jsonl",
+                              out / "ingest.json", endpoint, server.stats.to_dict, retries=0,
+                              concurrency=2)  # fmt: skip
+    return record, out

@@ -14,7 +14,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,7 +24,7 @@ from srb.data.canonical import iter_jsonl
 from srb.data.schema import Paper, Question
 from srb.doctor import DoctorError
 from srb.ingest import read_units
-from srb.store import StoreRanker, ingest_store
+from srb.store import StoreRanker
 from srb.store_doctor import StoreDoctor, run_store_doctor
 from srb.systems.graphiti import (
     DB_FILE,
@@ -38,7 +37,12 @@ from srb.systems.graphiti import (
     fulltext_index_queries,
 )
 from srb.systems.store import Endpoint
-from tests.stand_in_chat import chat_completion, stand_in_endpoint
+from tests.stand_in_chat import (
+    StandInChat,
+    chat_completion,
+    ingest_with_stand_in,
+    stand_in_endpoint,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,15 +63,12 @@ def _mentions(name: str, sentence: str) -> bool:
     return re.search(rf"\b{re.escape(name)}\b", sentence) is not None
 
 
-class GraphBackend:
+class GraphBackend(StandInChat):
     """Answers Graphiti's prompts, chosen by the response schema each request names."""
 
-    name = "graph"
-
     def __init__(self, broken: bool = False) -> None:
-        self.bodies: list[dict] = []
+        super().__init__()
         self.broken = broken  # answer everything with text that is not JSON
-        self._lock = threading.Lock()
 
     def answer(self, schema: str, user: str) -> dict:
         if schema == "ExtractedEntities":
@@ -102,9 +103,7 @@ class GraphBackend:
             return {"summaries": summaries}
         raise ValueError(f"the stand-in has no answer for the schema {schema!r}")
 
-    def post_chat(self, body: dict) -> dict:
-        with self._lock:
-            self.bodies.append(body)
+    def reply(self, body: dict) -> dict:
         user = body["messages"][-1]["content"]
         schema = body["response_format"]["json_schema"]["name"]
         content = "no JSON here" if self.broken else json.dumps(self.answer(schema, user))
@@ -129,11 +128,8 @@ def run_ingest(
     tmp: Path, cache: Path, name: str, papers=PAPERS, backend: GraphBackend | None = None
 ) -> tuple[dict, GraphBackend, Path]:
     backend = backend or GraphBackend()
-    with stand_in_endpoint(tmp, cache, backend) as (endpoint, ep):
-        record = ingest_store(GraphitiSystem(), list(papers), tmp / name / "store",
-                              tmp / name / "items.jsonl", tmp / name / "ingest.json", endpoint,
-                              ep.stats.to_dict, retries=0, concurrency=2)  # fmt: skip
-    return record, backend, tmp / name
+    record, out = ingest_with_stand_in(GraphitiSystem(), papers, tmp, cache, name, backend)
+    return record, backend, out
 
 
 @pytest.fixture(scope="module")

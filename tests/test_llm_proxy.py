@@ -6,7 +6,6 @@ covered by the store-system integration test); embeddings use the real packaged 
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -17,21 +16,13 @@ from srb.index.dense import Encoder
 from srb.llm.backends import LLMCallError
 from srb.llm.client import LLMClient
 from srb.llm.proxy import Embedder, serve_endpoint
-from tests.stand_in_chat import chat_completion, stand_in_client
+from tests.stand_in_chat import StandInChat, chat_completion, stand_in_client
 
 
-class RecordingBackend:
+class RecordingBackend(StandInChat):
     """Answers with the request's last user message reversed; fails bodies marked 'fail'."""
 
-    name = "recording"
-
-    def __init__(self) -> None:
-        self.bodies: list[dict] = []
-        self._lock = threading.Lock()
-
-    def post_chat(self, body: dict) -> dict:
-        with self._lock:
-            self.bodies.append(body)
+    def reply(self, body: dict) -> dict:
         text = body["messages"][-1]["content"]
         if text == "fail":
             raise LLMCallError("context too long", status=400)

@@ -20,7 +20,7 @@ from srb.data.canonical import iter_jsonl
 from srb.data.schema import Corpus, Paper, Question
 from srb.doctor import DoctorError
 from srb.ingest import read_units
-from srb.store import StoreRanker, ingest_store, memory_slice
+from srb.store import StoreRanker, memory_slice
 from srb.store_doctor import StoreDoctor, run_store_doctor
 from srb.systems.mem0 import (
     EXTRACTION_SCHEMA,
@@ -29,21 +29,18 @@ from srb.systems.mem0 import (
     paper_chunks,
     pinned_prompt_date,
 )
-from tests.stand_in_chat import chat_completion, stand_in_endpoint
+from tests.stand_in_chat import (
+    StandInChat,
+    chat_completion,
+    ingest_with_stand_in,
+    stand_in_endpoint,
+)
 
 
-class FactBackend:
+class FactBackend(StandInChat):
     """Answers Mem0's extraction call with each sentence of the new message as one fact."""
 
-    name = "facts"
-
-    def __init__(self) -> None:
-        self.bodies: list[dict] = []
-        self._lock = threading.Lock()
-
-    def post_chat(self, body: dict) -> dict:
-        with self._lock:
-            self.bodies.append(body)
+    def reply(self, body: dict) -> dict:
         user = body["messages"][-1]["content"]
         new = user.split("## New Messages", 1)[1].split("\n## ", 1)[0]
         new = new.strip().removeprefix("user:").strip()
@@ -70,12 +67,9 @@ def run_ingest(
     tmp: Path, cache: Path, name: str, options: dict | None = None, papers=PAPERS
 ) -> tuple[dict, FactBackend, Path]:
     backend = FactBackend()
-    with stand_in_endpoint(tmp, cache, backend) as (endpoint, ep):
-        system = Mem0System().configure(options or {})
-        record = ingest_store(system, list(papers), tmp / name / "store",
-                              tmp / name / "items.jsonl", tmp / name / "ingest.json", endpoint,
-                              ep.stats.to_dict, retries=0, concurrency=2)  # fmt: skip
-    return record, backend, tmp / name
+    system = Mem0System().configure(options or {})
+    record, out = ingest_with_stand_in(system, papers, tmp, cache, name, backend)
+    return record, backend, out
 
 
 @pytest.fixture(scope="module")
