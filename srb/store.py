@@ -176,6 +176,7 @@ def ingest_store(
                 )
         finally:
             system.finish(staging, endpoint)
+        system_report = system.ingest_report(staging)
         handle = system.open(staging, endpoint)
         try:
             items = handle.items()
@@ -211,6 +212,7 @@ def ingest_store(
             "model_calls": calls,
             "wall_s": round(time.perf_counter() - started, 1),
             "per_paper": [asdict(o) for o in outcomes],
+            "system_report": system_report,
             "failed": [{"paper_id": o.paper_id, "error": o.error} for o in failed],
         }
         write_json(log_out, record)

@@ -111,6 +111,8 @@ class StoreSystem(ABC):
     requirements: str
     #: papers may be ingested concurrently (each paper is an independent scope in the store)
     concurrent_papers: bool = True
+    #: the system answers with its own prompt (internal synthesis): native cells only
+    internal_synthesis: bool = False
     #: the `memory` config the system was configured with (see `configure`)
     options: Mapping[str, Any] = {}
 
@@ -137,6 +139,11 @@ class StoreSystem(ABC):
 
     def finish(self, store_dir: Path, endpoint: Endpoint) -> None:  # noqa: B027
         """Flush and close whatever ingest left open, before the store is moved into place."""
+
+    def ingest_report(self, store_dir: Path) -> dict[str, Any]:
+        """What the system itself counted during ingest (failed passes, layer sizes), for the
+        ingest log; `store_dir` is the finished staging store."""
+        return {}
 
     def check_installed(self) -> None:
         """Fail clearly when the library is missing or not the pinned version."""
