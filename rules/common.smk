@@ -31,9 +31,18 @@ STORE_SYSTEMS = MEMORY["systems"]
 from srb.systems import store_registry  # noqa: E402
 
 STORE_MODALITIES = {s: list(store_registry()[s].modalities) for s in STORE_SYSTEMS}
+# systems answering with their own prompt (internal synthesis, e.g. Prism): native cells only
+INTERNAL_SYNTHESIS = [
+    s for s in STORE_SYSTEMS if store_registry()[s].internal_synthesis
+]
 ALL_SYSTEMS = [*SYSTEMS, *STORE_SYSTEMS]
 UNIT_PATTERN = "|".join(map(re.escape, SYSTEMS)) or "(?!)"
 STORE_PATTERN = "|".join(map(re.escape, STORE_SYSTEMS)) or "(?!)"
+BUDGETED_STORE_PATTERN = (
+    "|".join(re.escape(s) for s in STORE_SYSTEMS if s not in INTERNAL_SYNTHESIS)
+    or "(?!)"
+)
+NATIVE_STORE_PATTERN = "|".join(map(re.escape, INTERNAL_SYNTHESIS)) or "(?!)"
 BUDGETS = [str(b) for b in config["budgets"]]
 HYBRID_CHANNELS = config["retrieval"]["hybrid_channels"]
 # what the rank job writes: every modality, plus the channels a hybrid fuses
@@ -102,8 +111,13 @@ def retrieval_grid(systems=None):
         (s, m, b)
         for s in (ALL_SYSTEMS if systems is None else systems)
         for m in system_modalities(s)
-        for b in BUDGETS
+        for b in system_budgets(s)
     ]
+
+
+def system_budgets(system):
+    """Every budget, or the native one only for a system that answers by itself."""
+    return ["native"] if system in INTERNAL_SYNTHESIS else BUDGETS
 
 
 def retrieval_cells(corpus):
@@ -128,6 +142,7 @@ def memory_params(*extra):
         "retries",
         "structured_output",
         "max_completion_tokens",
+        "theoria",
         *extra,
     ]
     return {k: MEMORY.get(k) for k in keep}
@@ -186,9 +201,10 @@ def file_hash(*paths):
     return digest.hexdigest()[:16]
 
 
-def llm_params(model, role):
+def llm_params(model, role, system=None):
     """The part of `llm` config a job depends on: its own model and templates only, so editing
-    a judge's settings never reruns synthesis (and vice versa)."""
+    a judge's settings never reruns synthesis (and vice versa). A system with internal
+    synthesis answers with its own prompt (`llm.prompts.<system>`)."""
     if model == "rubric":
         return {"judge_rubric": True}
     keep = ["backend", "cache", "models_dir", "servers_dir", "concurrency", "seed"]
@@ -200,8 +216,28 @@ def llm_params(model, role):
         prompts = ["judge"]
     out = {k: LLM[k] for k in keep}
     out["prompts"] = {k: LLM["prompts"][k] for k in prompts}
+    if role == "synthesize" and system in INTERNAL_SYNTHESIS:
+        out["prompts"]["synthesize"] = system_prompt(system)
     out["models"] = {model: LLM["models"][model]}
     return out
+
+
+def system_prompt(system):
+    """The answer prompt of a system with internal synthesis."""
+    if system not in LLM["prompts"]:
+        raise ValueError(
+            f"{system} answers by internal synthesis: set llm.prompts.{system} to its prompt"
+        )
+    return LLM["prompts"][system]
+
+
+def synthesis_templates(wildcards):
+    first = (
+        system_prompt(wildcards.system)
+        if wildcards.system in INTERNAL_SYNTHESIS
+        else PROMPTS["synthesize"]
+    )
+    return [first, PROMPTS["synthesize_base"]]
 
 
 def llm_cells():

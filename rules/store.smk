@@ -66,7 +66,7 @@ rule doctor_store:
         llm=memory_llm_params,
         dense=encoder_params(),
         bm25={"k1": config["bm25"]["k1"], "b": config["bm25"]["b"]},
-        budgets=BUDGETS,
+        budgets=lambda wc: system_budgets(wc.system),
         tolerance=config["budget_tolerance"],
         depth=config["retrieval"]["depth"],
         rrf_k=config["retrieval"]["rrf_k"],
@@ -95,7 +95,7 @@ rule restore_store:
     log:
         "results/logs/restore_store/{corpus}/{system}/{modality}.log",
     wildcard_constraints:
-        system=STORE_PATTERN,
+        system=BUDGETED_STORE_PATTERN,
     conda:
         "../envs/srb.yaml"
     threads: 1
@@ -108,6 +108,43 @@ rule restore_store:
         dense=encoder_params(),
         bm25={"k1": config["bm25"]["k1"], "b": config["bm25"]["b"]},
         budgets=BUDGETS,
+        mode=config["budget_mode"],
+        tolerance=config["budget_tolerance"],
+        gate=config["budget_gate"],
+        depth=config["retrieval"]["depth"],
+        rrf_k=config["retrieval"]["rrf_k"],
+    script:
+        "../workflow/scripts/restore_store.py"
+
+
+rule restore_store_native:
+    """The native cell of a system that answers by itself (internal synthesis: no budgets)."""
+    input:
+        questions="results/{corpus}/corpus/questions.jsonl",
+        store="results/{corpus}/store/{system}",
+        store_items="results/{corpus}/units/{system}.jsonl",
+        bm25=lambda wc: store_bm25_index(wc, [wc.modality]),
+        doctor="results/{corpus}/doctor/{system}.json",
+        model=lambda wc: model_card(MEMORY["llm"]),
+    output:
+        cells=["results/{corpus}/retrieval/{system}/{modality}/native.jsonl"],
+        verdicts=["results/{corpus}/retrieval/{system}/{modality}/native.budget.json"],
+    log:
+        "results/logs/restore_store_native/{corpus}/{system}/{modality}.log",
+    wildcard_constraints:
+        system=NATIVE_STORE_PATTERN,
+    conda:
+        "../envs/srb.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        memory=memory_params(),
+        llm=memory_llm_params,
+        dense=encoder_params(),
+        bm25={"k1": config["bm25"]["k1"], "b": config["bm25"]["b"]},
+        budgets=["native"],
         mode=config["budget_mode"],
         tolerance=config["budget_tolerance"],
         gate=config["budget_gate"],

@@ -25,7 +25,7 @@ rule synthesize:
         cell="results/{corpus}/retrieval/{system}/{modality}/{budget}.jsonl",
         questions="results/{corpus}/corpus/questions.jsonl",
         model=lambda wc: model_card(wc.synth),
-        templates=lambda wc: [PROMPTS["synthesize"], PROMPTS["synthesize_base"]],
+        templates=synthesis_templates,
     output:
         answers="results/{corpus}/answers/{synth}/{system}/{modality}/{budget}.jsonl",
     log:
@@ -39,10 +39,8 @@ rule synthesize:
         mem_mb=4000,
         runtime=120,
     params:
-        llm=lambda wc: llm_params(wc.synth, "synthesize"),
+        llm=lambda wc: llm_params(wc.synth, "synthesize", wc.system),
         cell_questions=lambda wc: wc.system in STORE_SYSTEMS,
-        template_hash=lambda wc: file_hash(
-            PROMPTS["synthesize"], PROMPTS["synthesize_base"]
-        ),
+        template_hash=lambda wc: file_hash(*synthesis_templates(wc)),
     script:
         "../workflow/scripts/synthesize.py"

@@ -173,7 +173,7 @@ def test_start_reuse_and_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     def no_launch(*a, **kw):
         raise AssertionError("a second server was started")
 
-    monkeypatch.setattr(srv.subprocess, "Popen", no_launch)
+    monkeypatch.setattr(subprocess, "Popen", no_launch)
     # (start timeout is no answer-changing option: the same server is reused)
     assert acquire_server("tiny", str(tmp_path), {}, tmp_path) == (url, False)
 

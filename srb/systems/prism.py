@@ -2,9 +2,8 @@
 links, but no communities or theories; it answers by internal synthesis, so it is native only.
 
 Its retrieval is the collapsed tree over every leaf and summary (no routing) plus one-hop links;
-its context is grouped the way Prism presents it (summaries, then claims by aspect, then linked
-claims with their relation) and answered with its own prompt (`llm.prompts.prism`) by the
-configured synthesizer; the tables mark it as internal synthesis. Extraction requests are
+what it retrieves is answered with its own prompt (`llm.prompts.prism`) by the configured
+synthesizer; the tables mark it as internal synthesis. Extraction requests are
 Theoria's, so with Theoria in the grid they come from the cache.
 """
 
@@ -34,7 +33,9 @@ class PrismHandle(TheoriaHandle):
 
 class PrismSystem(TheoriaSystem):
     name = "prism"
-    description = "Prism (Theoria ablation): typed claims + one RAPTOR tree + links, internal synthesis"
+    description = (
+        "Prism (Theoria ablation): typed claims + one RAPTOR tree + links, internal synthesis"
+    )
     modalities = ("native",)
     native_knob = 25
     layers = build.PRISM_LAYERS

@@ -113,6 +113,9 @@ class StoreSystem(ABC):
     concurrent_papers: bool = True
     #: the system answers with its own prompt (internal synthesis): native cells only
     internal_synthesis: bool = False
+    #: settings for services the system starts itself (the workflow's `llm` and `dense`
+    #: config, set by srb.store.opened_store): a service opens its own caching endpoint
+    services: Mapping[str, Any] = {}
     #: the `memory` config the system was configured with (see `configure`)
     options: Mapping[str, Any] = {}
 

@@ -110,8 +110,6 @@ class TheoriaSystem(StoreSystem):
     def __init__(self) -> None:
         self._dbs: dict[Path, TheoriaDB] = {}
         self._lock = threading.Lock()
-        #: where the workflow's service settings go (set by the restore/doctor scripts)
-        self.service_settings: dict[str, Any] = {}
 
     @property
     def opts(self) -> TheoriaOptions:
@@ -182,7 +180,7 @@ class TheoriaSystem(StoreSystem):
         from srb.services import acquire_service, http_health
 
         settings = {
-            **self.service_settings,
+            **self.services,
             "store": str(store_dir.resolve()),
             "read_only": True,
             "memory": dict(self.options),
@@ -192,9 +190,12 @@ class TheoriaSystem(StoreSystem):
                 f"{self.name}: no service settings (llm, dense); the workflow sets them"
             )
         fingerprint = _store_fingerprint(store_dir)
-        key = "theoria-" + hashlib.sha256(
-            json.dumps([settings, fingerprint], sort_keys=True).encode()
-        ).hexdigest()[:16]
+        key = (
+            "theoria-"
+            + hashlib.sha256(
+                json.dumps([settings, fingerprint], sort_keys=True).encode()
+            ).hexdigest()[:16]
+        )
         state = Path(settings["llm"]["servers_dir"])
         state.mkdir(parents=True, exist_ok=True)
         settings_file = state / f"{key}.settings.json"

@@ -126,8 +126,7 @@ def create_app(
             ]
         }
 
-    @app.post("/observe")
-    def observe_finding(body: observe_body) -> dict[str, Any]:  # type: ignore[valid-type]
+    def observe_finding(body: Any) -> dict[str, Any]:
         if read_only:
             raise HTTPException(409, "this store is served read-only (a workflow output)")
         with writer:
@@ -136,6 +135,10 @@ def create_app(
             except InvalidAnswer as exc:
                 raise HTTPException(502, f"the model's answers did not parse: {exc}") from exc
 
+    # the body model is built from the options (max_finding_chars): set it as the annotation
+    # FastAPI reads (this module's annotations are strings, which it could not resolve here)
+    observe_finding.__annotations__["body"] = observe_body
+    app.post("/observe")(observe_finding)
     app.state.db = db
     return app
 

@@ -172,4 +172,3 @@ def theories_by_community(db: TheoriaDB, min_confidence: str | None) -> dict[str
 def theory_counts(db: TheoriaDB) -> dict[str, int]:
     found = dict(db.query("SELECT confidence, COUNT(*) FROM theories GROUP BY confidence"))
     return {c: int(found.get(c, 0)) for c in CONFIDENCE}
-

@@ -1,0 +1,356 @@
+"""The generic local-service lifecycle with real processes: a service is started once and
+reused, stopped by an invocation's hook, a start that never becomes healthy fails cleanly, a
+dead or hung registered service is replaced, and the health check tells our service from
+another process on the same port. The stand-in services answer /health like Theoria's."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from srb.llm import server as srv
+from srb.services import (
+    RUN_ID_ENV,
+    RUN_PID_ENV,
+    ServerError,
+    acquire_service,
+    free_port,
+    http_health,
+    service_key,
+    stop_servers,
+)
+
+# argv: port, service name, launch log; /health answers its name, pid and SRB_TEST_MARK
+SERVICE = """
+import json, os, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+with open(sys.argv[3], "a") as fh:
+    fh.write(f"{os.getpid()}\\n")
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = self.path == "/health"
+        self.send_response(200 if ok else 404)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        body = {"status": "ok", "service": sys.argv[2], "pid": os.getpid(),
+                "mark": os.environ.get("SRB_TEST_MARK")}
+        self.wfile.write(json.dumps(body).encode() if ok else b"{}")
+    def log_message(self, *a):
+        pass
+HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+# argv: port, service name, launch log; a FastAPI app under uvicorn, as Theoria's will be
+UVICORN_SERVICE = """
+import os, sys
+import uvicorn
+from fastapi import FastAPI
+with open(sys.argv[3], "a") as fh:
+    fh.write(f"{os.getpid()}\\n")
+app = FastAPI()
+@app.get("/health")
+def health() -> dict:
+    return {"status": "ok", "service": sys.argv[2], "pid": os.getpid()}
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
+
+# never healthy: records its pid, then sleeps without listening
+SILENT = "import os, sys, time; open(sys.argv[3], 'a').write(f'{os.getpid()}\\n'); time.sleep(600)"
+
+FAKE_VLLM = """
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/v1/models" else 404)
+        self.end_headers()
+        self.wfile.write(json.dumps({"data": [{"id": sys.argv[2]}]}).encode())
+    def log_message(self, *a):
+        pass
+HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+NAME = "memory"
+
+
+def gone(pid: int) -> bool:
+    """Not running: no such process, or a zombie nobody reaped yet."""
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    return "\nState:\tZ" in state
+
+
+def wait_gone(pid: int, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if gone(pid):
+            return True
+        time.sleep(0.05)
+    return gone(pid)
+
+
+def launched(launches: Path) -> list[int]:
+    return [int(x) for x in launches.read_text().split()] if launches.exists() else []
+
+
+def health_of(url: str) -> dict:
+    """What the process at `url` says about itself (read directly, not through srb)."""
+    resp = httpx.get(f"{url}/health", timeout=5)
+    assert resp.status_code == 200
+    return resp.json()
+
+
+def refuses(url: str) -> bool:
+    try:
+        httpx.get(f"{url}/health", timeout=2)
+    except httpx.ConnectError:
+        return True
+    return False
+
+
+def registry(state: Path) -> dict:
+    (path,) = state.glob("*.json")
+    return json.loads(path.read_text())
+
+
+@pytest.fixture
+def launches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The file each launched service appends its pid to; whatever is left is killed after."""
+    monkeypatch.delenv(RUN_ID_ENV, raising=False)
+    monkeypatch.delenv(RUN_PID_ENV, raising=False)
+    path = tmp_path / "launches.txt"
+    yield path
+    for pid in launched(path):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def invocations() -> Iterator[list[subprocess.Popen]]:
+    """Stand-ins for Snakemake main processes (their pids are what leases check)."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def as_invocation(
+    monkeypatch: pytest.MonkeyPatch, invocations: list[subprocess.Popen], run_id: str
+) -> None:
+    proc = subprocess.Popen(["sleep", "300"])
+    invocations.append(proc)
+    monkeypatch.setenv(RUN_ID_ENV, run_id)
+    monkeypatch.setenv(RUN_PID_ENV, str(proc.pid))
+
+
+def acquire(
+    state: Path, launches: Path, script: str = SERVICE, served_as: str = NAME, **kw
+) -> tuple[str, bool]:
+    """Acquire the `memory` service, run as `script` answering as `served_as`."""
+    kw.setdefault("start_timeout_s", 8)
+    return acquire_service(
+        NAME,
+        service_key(NAME, {"store": str(state)}),
+        lambda port: [sys.executable, "-c", script, str(port), served_as, str(launches)],
+        http_health(NAME),
+        state,
+        **kw,
+    )
+
+
+# ---------------------------------------------------------------------- start, reuse, stop
+
+
+def test_first_call_starts_the_service_and_a_second_reuses_it(
+    tmp_path: Path, launches: Path
+) -> None:
+    calls: list[int] = []
+
+    def env() -> dict[str, str]:
+        calls.append(1)
+        return {"SRB_TEST_MARK": "from-env"}
+
+    url, started = acquire(tmp_path, launches, env=env)
+    assert started is True
+    (pid,) = launched(launches)
+    answer = health_of(url)
+    assert answer["pid"] == pid and answer["service"] == NAME
+    assert answer["mark"] == "from-env"  # the service got the extra environment
+    info = registry(tmp_path)
+    assert (info["pid"], info["kind"], info["url"]) == (pid, NAME, url)
+
+    assert acquire(tmp_path, launches, env=env) == (url, False)
+    assert launched(launches) == [pid]  # nothing new was launched
+    assert health_of(url)["pid"] == pid and registry(tmp_path)["pid"] == pid
+    assert calls == [1]  # the environment is only built for a start
+    assert (tmp_path / f"{info['key']}.server.log").is_file()
+
+    assert stop_servers(tmp_path) == 1
+    assert wait_gone(pid)
+
+
+def test_an_invocations_stop_hook_stops_its_service(
+    tmp_path: Path,
+    launches: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    invocations: list[subprocess.Popen],
+) -> None:
+    as_invocation(monkeypatch, invocations, "run-a")
+    url, started = acquire(tmp_path, launches)
+    (pid,) = launched(launches)
+    assert started and health_of(url)["pid"] == pid
+
+    assert stop_servers(tmp_path, "run-a") == 1
+    assert wait_gone(pid)
+    assert refuses(url)
+    assert not list(tmp_path.glob("*.json")) and not list(tmp_path.glob("*.leases"))
+    assert stop_servers(tmp_path, "run-a") == 0
+
+
+def test_a_uvicorn_service_starts_is_reused_and_stops(tmp_path: Path, launches: Path) -> None:
+    url, started = acquire(tmp_path, launches, script=UVICORN_SERVICE)
+    assert started is True
+    (pid,) = launched(launches)
+    assert health_of(url) == {"status": "ok", "service": NAME, "pid": pid}
+    assert acquire(tmp_path, launches, script=UVICORN_SERVICE) == (url, False)
+    assert stop_servers(tmp_path) == 1
+    assert wait_gone(pid) and refuses(url)
+
+
+# ---------------------------------------------------------------------- failed starts
+
+
+@pytest.mark.parametrize(
+    "script, served_as",
+    [(SILENT, NAME), (SERVICE, "another-service")],
+    ids=["never-listens", "answers-as-another-service"],
+)
+def test_a_service_that_never_becomes_healthy_fails_cleanly(
+    tmp_path: Path, launches: Path, script: str, served_as: str
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(ServerError) as err:
+        acquire(
+            tmp_path,
+            launches,
+            script=script,
+            served_as=served_as,
+            start_timeout_s=1.5,
+            start_attempts=2,
+        )
+    assert time.monotonic() - started < 9
+    pids = launched(launches)
+    assert len(pids) == 2  # both attempts launched
+    assert all(wait_gone(pid, 5) for pid in pids)  # neither is left running
+    log_file = next(tmp_path.glob("*.server.log"))
+    assert str(log_file) in str(err.value) and "2 attempt(s)" in str(err.value)
+    assert not list(tmp_path.glob("*.json"))
+
+
+# ---------------------------------------------------------------------- stale registrations
+
+
+def test_a_registered_service_that_died_is_restarted(tmp_path: Path, launches: Path) -> None:
+    url, _ = acquire(tmp_path, launches)
+    (old,) = launched(launches)
+    os.kill(old, signal.SIGKILL)
+    assert wait_gone(old) and refuses(url)
+
+    new_url, started = acquire(tmp_path, launches)
+    assert started is True
+    (new,) = set(launched(launches)) - {old}
+    assert health_of(new_url)["pid"] == new
+    assert registry(tmp_path)["pid"] == new
+    assert stop_servers(tmp_path) == 1
+    assert wait_gone(new)
+
+
+def test_a_registered_service_that_hangs_is_stopped_and_replaced(
+    tmp_path: Path, launches: Path, invocations: list[subprocess.Popen]
+) -> None:
+    url, _ = acquire(tmp_path, launches)
+    (first,) = launched(launches)
+    os.kill(first, signal.SIGKILL)
+    assert wait_gone(first)
+    # the registry now names a live process that answers nothing at that URL
+    hung = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    invocations.append(hung)
+    path = next(tmp_path.glob("*.json"))
+    path.write_text(json.dumps({**json.loads(path.read_text()), "pid": hung.pid, "start": None}))
+
+    new_url, started = acquire(tmp_path, launches)
+    assert started is True
+    assert wait_gone(hung.pid)  # stopped, not left running unregistered
+    assert health_of(new_url)["pid"] == registry(tmp_path)["pid"] != hung.pid
+    assert stop_servers(tmp_path) == 1
+
+
+# ---------------------------------------------------------------------- health check
+
+
+def test_http_health_tells_our_service_from_another_on_the_port(
+    tmp_path: Path, launches: Path
+) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    assert not http_health(NAME)(url)  # nothing listens yet
+    other = subprocess.Popen(
+        [sys.executable, "-c", SERVICE, str(port), "another-service", str(launches)]
+    )
+    try:
+        deadline = time.monotonic() + 8
+        while not http_health()(url) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert http_health()(url)  # answers 200, no name asked
+        assert http_health("another-service")(url)
+        assert not http_health(NAME)(url)  # a port another service holds is not ours
+        assert not http_health("another-service", path="/nope")(url)  # 404
+    finally:
+        other.kill()
+        other.wait()
+
+
+# ---------------------------------------------------------------------- both kinds in one dir
+
+
+def test_stop_hooks_stop_both_kinds_with_the_same_lease_rules(
+    tmp_path: Path,
+    launches: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    invocations: list[subprocess.Popen],
+) -> None:
+    monkeypatch.setattr(
+        srv,
+        "vllm_command",
+        lambda model_dir, name, port, opts: [sys.executable, "-c", FAKE_VLLM, str(port), name],
+    )
+    as_invocation(monkeypatch, invocations, "run-a")
+    llm_url, _ = srv.acquire_server("tiny", str(tmp_path), {"start_timeout_s": 8}, tmp_path)
+    url, _ = acquire(tmp_path, launches)
+    as_invocation(monkeypatch, invocations, "run-b")
+    assert acquire(tmp_path, launches) == (url, False)  # run-b holds only the service
+
+    kinds = {json.loads(p.read_text())["kind"]: p for p in tmp_path.glob("*.json")}
+    assert sorted(kinds) == ["memory", "vllm"]
+    llm_pid = json.loads(kinds["vllm"].read_text())["pid"]
+    (pid,) = launched(launches)
+
+    assert stop_servers(tmp_path, "run-a") == 1  # the vLLM server; run-b still uses the service
+    assert wait_gone(llm_pid) and not srv.healthy(llm_url)
+    assert health_of(url)["pid"] == pid
+    assert stop_servers(tmp_path, "run-b") == 1
+    assert wait_gone(pid) and refuses(url)
