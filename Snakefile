@@ -20,6 +20,7 @@ include: "rules/models.smk"
 include: "rules/synthesize.smk"
 include: "rules/judge.smk"
 include: "rules/analysis.smk"
+include: "rules/sequential.smk"
 include: "rules/anchor.smk"
 
 

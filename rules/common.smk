@@ -324,6 +324,17 @@ def get_final_output():
     targets += expand(
         "results/{corpus}/doctor/{system}.json", corpus=CORPORA, system=ALL_SYSTEMS
     )
+    if (
+        LLM
+        and "theoria" in STORE_SYSTEMS
+        and MEMORY.get("sequential", {}).get("enabled")
+    ):
+        targets += expand(
+            "results/{corpus}/sequential/theoria/{synth}.{ext}",
+            corpus=CORPORA,
+            synth=SYNTH,
+            ext=["csv", "png"],
+        )
     if STORE_SYSTEMS:
         targets += expand(
             "results/{corpus}/diagnostics/ingest_cost.{ext}",

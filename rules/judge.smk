@@ -58,5 +58,6 @@ rule leaderboard:
     params:
         grid=lambda wc: llm_cells(),
         systems=LLM["systems"] if LLM else [],
+        internal=INTERNAL_SYNTHESIS,
     script:
         "../workflow/scripts/leaderboard.py"

@@ -32,6 +32,10 @@ COLUMNS = [
     "model_calls_made",
     "embedded_texts",
     "wall_s",
+    "requests_per_paper",
+    "tokens_per_paper",
+    "wall_s_per_paper",
+    "failed_passes",
 ]
 
 
@@ -54,7 +58,18 @@ def cost_row(corpus: str, ingest: dict[str, Any]) -> dict[str, Any]:
         "model_calls_made": calls["model_calls"],
         "embedded_texts": calls["embedded_texts"],
         "wall_s": ingest["wall_s"],
+        "requests_per_paper": _per(calls["chat_requests"], ingest["papers"]),
+        "tokens_per_paper": _per(
+            calls["prompt_tokens"] + calls["completion_tokens"], ingest["papers"]
+        ),
+        "wall_s_per_paper": _per(ingest["wall_s"], ingest["papers"]),
+        # a system's own count of extraction answers it gave up on (Theoria/Prism), else n/a
+        "failed_passes": (ingest.get("system_report") or {}).get("failed_passes"),
     }
+
+
+def _per(total: float, papers: int) -> float | None:
+    return round(total / papers, 1) if papers else None
 
 
 def ingest_cost_table(
@@ -73,6 +88,8 @@ def ingest_cost_table(
         "`invalid_json_responses` = extractions whose JSON does not "
         "parse (libraries log and drop them: their facts are lost), `truncated_responses` = "
         "answers cut at max_tokens; `model_calls_made` = requests this run sent to a model; wall "
-        "time of this run.",
+        "time of this run; per paper: requests, prompt + completion tokens and wall time divided "
+        "by the papers; `failed_passes` = extraction passes a system gave up on after retries "
+        "(Theoria/Prism; empty for systems that do not count them).",
     )
     return rows

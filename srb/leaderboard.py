@@ -62,10 +62,12 @@ def build_leaderboard(
     corpus_dir: str | Path,
     cells: Sequence[Cell],
     doctor_reports: Mapping[str, str | Path] | None = None,
+    internal_synthesis: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Rows per system/modality; with `doctor_reports` (system -> report) each row says
     whether its system's doctor passed (a store system's may have failed under
-    `memory.doctor_gate: warn`)."""
+    `memory.doctor_gate: warn`). Systems in `internal_synthesis` answered with their own
+    prompt (Prism): marked, and their budget columns say why they are empty."""
     tiers = {q.id: q.tier for q in load_canonical(corpus_dir).questions}
     doctor = {
         s: doctor_status(json.loads(Path(f).read_text())) for s, f in (doctor_reports or {}).items()
@@ -76,7 +78,12 @@ def build_leaderboard(
         s = cell_summary(judgments, context, tiers)
         row = rows.setdefault(
             (system, modality),
-            {"system": system, "modality": modality, "doctor": doctor.get(system)},
+            {
+                "system": system,
+                "modality": modality,
+                "synthesis": "internal" if system in internal_synthesis else "external",
+                "doctor": doctor.get(system),
+            },
         )
         if budget == "native":
             row.update(
@@ -103,6 +110,9 @@ def build_leaderboard(
     ordered = sorted(rows.values(), key=lambda r: -(r.get("native_avg") or -1))
     for r in ordered:
         r["_budgets"] = budgets
+        if r["synthesis"] == "internal":
+            for b in budgets:
+                r.setdefault(f"{b}_budget", "n/a: internal synthesis")
     return ordered
 
 
@@ -119,7 +129,7 @@ def columns(budgets: Sequence[str]) -> list[str]:
     ]
     for b in budgets:
         cols += [f"{b}_score", f"{b}_chars", f"{b}_label_acc", f"{b}_budget"]
-    return [*cols, "n_questions", "n_invalid", "doctor"]
+    return [*cols, "n_questions", "n_invalid", "synthesis", "doctor"]
 
 
 def write_leaderboard(
@@ -133,7 +143,9 @@ def write_leaderboard(
         "cell's budget verdict (ok, or why it is off, e.g. knob_limited = the system's own "
         "knob overshot and the cell was cut to the cap); n_questions: memory systems answer "
         "their slice's questions only; n_invalid: judgments that could not be parsed after "
-        "retries (excluded from scores); doctor: the system's pre-run doctor (FAILED checks are "
+        "retries (excluded from scores); synthesis: external = the fixed synthesizer with the "
+        "shared prompt; internal = the system's own answer prompt (Prism), native only, so its "
+        "budget columns are n/a; doctor: the system's pre-run doctor (FAILED checks are "
         "named when the run went on under memory.doctor_gate: warn)."
     )
     write_table(rows, columns(budgets), csv_out, md_out, title, note)

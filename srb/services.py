@@ -449,3 +449,23 @@ def stop_servers(state_dir: str | Path, run_id: str | None = None) -> int:
             registry.unlink(missing_ok=True)
             shutil.rmtree(leases, ignore_errors=True)
     return stopped
+
+
+def stop_service(state_dir: str | Path, key: str) -> bool:
+    """Stop the one service registered under `key` on this host, whoever holds it (for a job
+    that started a private service, such as a writable store, and must not leave it running).
+    Returns whether one was stopped."""
+    state_dir = Path(state_dir)
+    key = _safe(key)
+    registry = state_dir / f"{key}.json"
+    with _locked(state_dir / f"{key}.lock"):
+        if not registry.is_file():
+            return False
+        info = json.loads(registry.read_text())
+        stopped = False
+        if info.get("host") == socket.gethostname() and _alive(int(info["pid"]), info.get("start")):
+            _terminate(int(info["pid"]))
+            stopped = True
+        registry.unlink(missing_ok=True)
+        shutil.rmtree(_leases_dir(state_dir, key), ignore_errors=True)
+        return stopped

@@ -164,7 +164,7 @@ def documented_columns(budgets: list[str]) -> list[str]:
         cols += [f"native_{part}" for part in ("avg", "L1", "L2", "L3", "chars", "label_acc")]
     for b in sized:
         cols += [f"{b}_{part}" for part in ("score", "chars", "label_acc", "budget")]
-    return [*cols, "n_questions", "n_invalid", "doctor"]
+    return [*cols, "n_questions", "n_invalid", "synthesis", "doctor"]
 
 
 def test_documented_columns_for_the_default_budgets() -> None:
@@ -191,7 +191,7 @@ def test_documented_columns_for_the_default_budgets() -> None:
         block = [c for c in got if c.startswith(f"{b}_")]
         assert block == [f"{b}_score", f"{b}_chars", f"{b}_label_acc", f"{b}_budget"]
     assert "n_invalid" in got
-    assert len(got) == 2 + 6 + 4 * len(sized) + 3
+    assert len(got) == 2 + 6 + 4 * len(sized) + 4  # n_questions, n_invalid, synthesis, doctor
 
 
 def test_leaderboard_budget_blocks_follow_size_not_label_order(
@@ -263,13 +263,14 @@ def test_write_leaderboard(corpus_dir: Path, cells: list[tuple], tmp_path: Path)
         "10K_budget": "",
         "n_questions": "4",
         "n_invalid": "2",
+        "synthesis": "external",
         "doctor": "",
     }
     # base: composites q1 2, q2 4 (L1 -> 3.0), q3 1 (L2), q4 1 (L3) -> 8/4 = 2.0; 0 chars;
     # labels False, False (q3, q4 unknown) -> 0.0; nothing at any budget.
     base = table[2]
     assert [base[c] for c in documented_columns(["native"])] == [
-        "base", "none", "2.0", "3.0", "1.0", "1.0", "0", "0.0", "4", "0", ""
+        "base", "none", "2.0", "3.0", "1.0", "1.0", "0", "0.0", "4", "0", "external", ""
     ]  # fmt: skip
     assert all(base[c] == "" for c in base if c[0].isdigit())
 
@@ -284,7 +285,7 @@ def test_write_leaderboard(corpus_dir: Path, cells: list[tuple], tmp_path: Path)
     )
     assert lines[header + 2].startswith(
         "| simple_rag | hybrid | 5.67 | 7.0 | – | 3.0 | 2500 | 0.667 | 2.0 | 480 | 0.75 | – | "
-        "4.25 | 1995 | 1.0 | – | – | – | – | – | 5.0 | 9990 | 1.0 | – | 4 | 2 | – |"
+        "4.25 | 1995 | 1.0 | – | – | – | – | – | 5.0 | 9990 | 1.0 | – | 4 | 2 | external | – |"
     )
     assert lines[header + 5].startswith("| direct_read | none | – |")
 
@@ -419,3 +420,15 @@ def test_a_failed_doctor_is_named_on_its_systems_rows(
     assert by["simple_rag"]["doctor"] == "FAILED: probe_context"
     assert by["paper_rag"]["doctor"] == "ok"
     assert by["base"]["doctor"] is None  # no doctor for systems without retrieval
+
+
+def test_internal_synthesis_is_marked_and_its_budgets_say_why_they_are_empty(
+    corpus_dir: Path, cells: list[tuple], tmp_path: Path
+) -> None:
+    j, c = write_cell(tmp_path, "prism", uniform(6.0), flat(3000))
+    cells = [*cells, ("prism", "native", "native", j, c)]
+    rows = {r["system"]: r for r in build_leaderboard(corpus_dir, cells, None, ["prism"])}
+    assert rows["prism"]["synthesis"] == "internal"
+    assert rows["prism"]["2K_budget"] == "n/a: internal synthesis"
+    assert rows["simple_rag"]["synthesis"] == "external"
+    assert rows["simple_rag"]["2K_budget"] != "n/a: internal synthesis"

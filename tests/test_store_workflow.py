@@ -63,7 +63,7 @@ def store_config(root: Path, corpus: Path, papers: int = 2) -> Path:
         budgets=["native", "2K"],
         llm=llm,
         memory={
-            "systems": ["mem0", "graphiti"],
+            "systems": ["mem0", "graphiti", "theoria", "prism"],
             "papers": papers,
             "llm": "qwen2.5-coder-0.5b",
             "max_completion_tokens": 1024,
@@ -71,7 +71,12 @@ def store_config(root: Path, corpus: Path, papers: int = 2) -> Path:
     )
 
 
-SYSTEMS = ("mem0", "graphiti")
+SYSTEMS = ("mem0", "graphiti", "theoria", "prism")
+#: cells restored through the store (Theoria's through its service, started by the job)
+CELLS = (
+    "results/tiny/retrieval/theoria/hybrid/2K.jsonl",
+    "results/tiny/retrieval/prism/native/native.jsonl",
+)
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +90,8 @@ def ingested(tmp_path_factory):
     items = {s: (root / f"results/tiny/units/{s}.jsonl").read_bytes() for s in SYSTEMS}
     for s in SYSTEMS:  # the cold run's logs (the warm rerun rewrites them)
         cold[s]["_log"] = (root / f"results/logs/ingest_store/tiny/{s}.log").read_text()
+    proc = snakemake(root, config, *CELLS)
+    assert proc.returncode == 0, proc.stderr[-5000:]
     proc = snakemake(root, config, *targets, "--forcerun", "ingest_store")
     assert proc.returncode == 0, proc.stderr[-5000:]
     warm = {s: json.loads((root / t).read_text()) for s, t in zip(SYSTEMS, targets, strict=True)}
@@ -103,8 +110,9 @@ def test_mem0_ingest_goes_through_vllm_and_is_accounted(ingested) -> None:
     assert calls["prompt_tokens"] > 2 * 5000  # Mem0's extraction prompt is several K tokens
     assert calls["failed_requests"] == 0
     # the real server answered them: this job started it, or the other ingest job had
-    started = "vLLM for qwen2.5-coder-0.5b ready"
-    assert started in cold["_log"] or "reusing vLLM server for qwen2.5-coder-0.5b" in cold["_log"]
+    started = "vLLM server for model 'qwen2.5-coder-0.5b' ready"
+    reused = "reusing vLLM server for model 'qwen2.5-coder-0.5b'"
+    assert started in cold["_log"] or reused in cold["_log"]
     assert any(started in c["_log"] for c in cold_all.values())
 
 
@@ -145,6 +153,7 @@ def test_the_ingested_store_is_searched_through_its_library(ingested, system) ->
     dense = {"encoder": "minilm", "cache": str(root / "cache/embeddings.sqlite")}
     units = read_units(root / f"results/tiny/units/{system}.jsonl")
     store = get_store_system(system).configure(config["memory"])
+    store.services = {"llm": llm, "dense": dense}  # what srb.store.opened_store sets
     with memory_endpoint(llm, "qwen2.5-coder-0.5b", dense) as (endpoint, server):
         handle = store.open(root / f"results/tiny/store/{system}", endpoint)
         try:
@@ -158,3 +167,19 @@ def test_the_ingested_store_is_searched_through_its_library(ingested, system) ->
     assert {i.item_id for i in found} <= set(units)  # search answers with exported items
     if system == "graphiti":
         assert any(i.kind == "episode" for i in found)  # native returns the episodes
+
+
+def test_theoria_cells_came_through_its_service_and_prism_is_native_only(ingested) -> None:
+    from srb.services import stop_servers
+
+    root, cold_all, _, _ = ingested
+    for cell in CELLS:
+        rows = [json.loads(line) for line in (root / cell).read_text().splitlines()]
+        assert rows and all(r["context"] for r in rows)  # every slice question got context
+    log = (root / "results/logs/restore_store/tiny/theoria/hybrid.log").read_text()
+    assert "theoria" in log
+    assert not (root / "results/tiny/retrieval/prism/native/2K.jsonl").exists()
+    report = cold_all["theoria"]["system_report"]
+    assert report["extraction_passes"] == 5 * 2  # one chunk per short paper, five aspects
+    assert report["layers"]["counts"]["evidence"] > 0
+    assert stop_servers(root / "cache/servers") >= 0

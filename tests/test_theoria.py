@@ -166,10 +166,12 @@ def test_ingest_builds_every_layer_and_accounts(papers, tmp_path: Path) -> None:
     items = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
     assert len(items) == record["items_stored"] == counts["evidence"] + counts["raptor"]
     by_id = {p.id: p for p in papers}
-    spans = [i for i in items if i["start"] is not None]
+    assert all(i["start"] is None for i in items)  # claims are rewritten text, not spans
+    spans = [i for i in items if i.get("provenance")]
     assert spans  # the stand-in quotes verbatim: its claims are located in the paper
     for i in spans:  # the stand-in's claim is the sentence it quotes the start of
-        quoted = by_id[i["paper_id"]].text[i["start"] : i["end"]]
+        start, end = i["provenance"]
+        quoted = by_id[i["paper_id"]].text[start:end]
         assert i["text"].startswith(" ".join(quoted.split()))
     calls = record["model_calls"]
     assert calls["model_calls"] == len(backend.bodies) and calls["failed_requests"] == 0

@@ -28,7 +28,7 @@ class PrismHandle(TheoriaHandle):
         finally:
             models.close()
         found = retrieve(self.db, vector, knob, self.system.opts, route=False)
-        return [Item(r.item_id, r.text, r.paper_ids, r.kind, r.score, r.span) for r in found]
+        return [Item(r.item_id, r.text, r.paper_ids, r.kind, r.score, None, r.span) for r in found]
 
 
 class PrismSystem(TheoriaSystem):

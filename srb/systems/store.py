@@ -45,6 +45,8 @@ class Item:
     span: tuple[int, int] | None = (
         None  # exact characters of paper_ids[0], when the store kept them
     )
+    #: characters of paper_ids[0] the (rewritten) text was drawn from, e.g. a claim's quote
+    provenance: tuple[int, int] | None = None
 
     def to_unit_record(self) -> dict[str, Any]:
         """The record the workflow's units files hold (start/end null: rewritten text)."""
@@ -58,6 +60,7 @@ class Item:
             "start": self.span[0] if self.span else None,
             "end": self.span[1] if self.span else None,
             "text": self.text,
+            **({"provenance": list(self.provenance)} if self.provenance and not self.span else {}),
         }
 
 

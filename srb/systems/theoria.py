@@ -37,6 +37,7 @@ def export_items(db: TheoriaDB) -> list[Item]:
             (e.paper_id,),
             e.aspect,
             0.0,
+            None,  # a claim is rewritten text: its quote's characters are its provenance
             (e.start, e.end) if e.start is not None and e.end is not None else None,
         )
         for e in db.evidence()
@@ -83,7 +84,8 @@ class TheoriaHandle(StoreHandle):
                 tuple(r["paper_ids"]),
                 r["kind"],
                 float(r["score"]),
-                tuple(r["span"]) if r["span"] else None,
+                None,
+                tuple(r["provenance"]) if r["provenance"] else None,
             )
             for r in response.json()["items"]
         ]
@@ -175,31 +177,12 @@ class TheoriaSystem(StoreSystem):
             raise FileNotFoundError(f"{self.name}: no store under {store_dir}")
         return TheoriaHandle(self, store_dir, endpoint)
 
-    def service_url(self, store_dir: Path) -> str:
-        """The base URL of the shared read-only service for `store_dir` (started if needed)."""
+    def service_url(self, store_dir: Path, read_only: bool = True) -> str:
+        """The base URL of the service for `store_dir` (started if needed): shared and
+        read-only for the grid's jobs; writable for the sequential evaluation's own store."""
         from srb.services import acquire_service, http_health
 
-        settings = {
-            **self.services,
-            "store": str(store_dir.resolve()),
-            "read_only": True,
-            "memory": dict(self.options),
-        }
-        if "llm" not in settings:
-            raise RuntimeError(
-                f"{self.name}: no service settings (llm, dense); the workflow sets them"
-            )
-        fingerprint = _store_fingerprint(store_dir)
-        key = (
-            "theoria-"
-            + hashlib.sha256(
-                json.dumps([settings, fingerprint], sort_keys=True).encode()
-            ).hexdigest()[:16]
-        )
-        state = Path(settings["llm"]["servers_dir"])
-        state.mkdir(parents=True, exist_ok=True)
-        settings_file = state / f"{key}.settings.json"
-        settings_file.write_text(json.dumps(settings, indent=1))
+        settings_file, key = self.service_settings(store_dir, read_only)
         url, _ = acquire_service(
             "theoria",
             key,
@@ -213,10 +196,36 @@ class TheoriaSystem(StoreSystem):
                 str(port),
             ],
             http_health("theoria"),
-            state,
+            settings_file.parent,
             start_timeout_s=300,
         )
         return url
+
+    def service_settings(self, store_dir: Path, read_only: bool) -> tuple[Path, str]:
+        """The service's settings file (in the servers directory) and its registry key, which
+        changes with the settings and the store's content (a re-ingested store gets a new one)."""
+        if "llm" not in self.services:
+            raise RuntimeError(
+                f"{self.name}: no service settings (llm, dense); srb.store.opened_store sets them"
+            )
+        settings = {
+            **self.services,
+            "store": str(store_dir.resolve()),
+            "read_only": read_only,
+            "memory": dict(self.options),
+        }
+        fingerprint = _store_fingerprint(store_dir) if read_only else "writable"
+        key = (
+            "theoria-"
+            + hashlib.sha256(
+                json.dumps([settings, fingerprint], sort_keys=True).encode()
+            ).hexdigest()[:16]
+        )
+        state = Path(settings["llm"]["servers_dir"])
+        state.mkdir(parents=True, exist_ok=True)
+        settings_file = state / f"{key}.settings.json"
+        settings_file.write_text(json.dumps(settings, indent=1))
+        return settings_file, key
 
 
 def _store_fingerprint(store_dir: Path) -> list[Any]:

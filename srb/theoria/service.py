@@ -58,7 +58,7 @@ class RetrievedItem(BaseModel):
     paper_ids: list[str]
     kind: str
     score: float
-    span: list[int] | None
+    provenance: list[int] | None  # the characters of paper_ids[0] a claim quotes
 
 
 class RetrieveResponse(BaseModel):
@@ -120,7 +120,7 @@ def create_app(
                     "paper_ids": list(r.paper_ids),
                     "kind": r.kind,
                     "score": r.score,
-                    "span": list(r.span) if r.span else None,
+                    "provenance": list(r.span) if r.span else None,
                 }
                 for r in found
             ]

@@ -14,7 +14,9 @@ with job_logging(snakemake.log[0], f"leaderboard[{wc.corpus}/{wc.synth}/{wc.judg
         )
     ]
     doctor = dict(zip(snakemake.params.systems, snakemake.input.doctor, strict=True))
-    rows = build_leaderboard(Path(snakemake.input.questions).parent, cells, doctor)
+    rows = build_leaderboard(
+        Path(snakemake.input.questions).parent, cells, doctor, snakemake.params.internal
+    )
     title = f"{wc.corpus}: synthesizer {wc.synth}, judge {wc.judge}"
     write_leaderboard(rows, title, snakemake.output.csv, snakemake.output.md)
     budget_sweep_figure(rows, title, snakemake.output.png)
