@@ -133,6 +133,18 @@ def store_bm25_index(wildcards, modalities):
     return f"results/{wildcards.corpus}/index/{wildcards.system}/bm25" if fused else []
 
 
+def ingest_after(wildcards):
+    """Store systems whose ingest must finish first: a system that sends another's requests
+    (Prism sends Theoria's extraction requests) then gets them from the call cache, instead of
+    both sending them to the model at once."""
+    system = store_registry()[wildcards.system]
+    return [
+        f"results/{wildcards.corpus}/units/{s}.ingest.json"
+        for s in getattr(system, "reuses_requests_of", ())
+        if s in STORE_SYSTEMS
+    ]
+
+
 def memory_params(*extra):
     """The part of `memory` config a store job depends on: what changes the store or its
     calls (not the list of systems, nor how many papers run at once)."""

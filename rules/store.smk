@@ -11,6 +11,7 @@ rule ingest_store:
         papers="results/{corpus}/corpus/papers.jsonl",
         questions="results/{corpus}/corpus/questions.jsonl",
         model=lambda wc: model_card(MEMORY["llm"]),
+        after=ingest_after,
     output:
         store=directory("results/{corpus}/store/{system}"),
         store_items="results/{corpus}/units/{system}.jsonl",

@@ -42,6 +42,9 @@ class PrismSystem(TheoriaSystem):
     bm25_fused = ()
     #: answers come from the system itself (its own prompt): native only, no budget sweep
     internal_synthesis = True
+    #: its extraction, link and summary requests are Theoria's: ingested after it, they are
+    #: answered from the call cache (rules/common.smk: ingest_after)
+    reuses_requests_of = ("theoria",)
 
     def open(self, store_dir: Path, endpoint: Endpoint) -> StoreHandle:
         super().open(store_dir, endpoint).close()  # the same existence check
