@@ -67,6 +67,8 @@ def store_config(root: Path, corpus: Path, papers: int = 2) -> Path:
             "papers": papers,
             "llm": "qwen2.5-coder-0.5b",
             "max_completion_tokens": 1024,
+            # one-sentence papers: a few short claims per pass keep the CPU test short
+            "theoria": {"max_claims_per_pass": 2, "extraction_max_tokens": 256},
         },
     )
 

@@ -254,3 +254,25 @@ def test_forget_paper_leaves_nothing(papers, tmp_path: Path) -> None:
 def test_a_paper_without_text_is_an_error_not_an_empty_success(tmp_path: Path) -> None:
     record, _, _ = _ingest(TheoriaSystem(), [Paper("empty", "", "   ")], tmp_path, "e")
     assert record["papers_without_items"] == ["empty"]
+
+
+def test_observing_a_paper_again_counts_its_claims_once(papers, tmp_path: Path) -> None:
+    """A resumed /observe (the same paper again, e.g. after a crash) leaves the theories as
+    one observation does: its old claims' seeds and support are taken back first."""
+    from srb.theoria.build import observe
+    from srb.theoria.models import EndpointModels
+    from tests.stand_in_chat import stand_in_endpoint
+
+    opts = TheoriaOptions.from_config({"link_min_cosine": 0.3, "concurrency": 2})
+    db = TheoriaDB(tmp_path / "store")
+    rows = "SELECT id, statement, support, contradict FROM theories ORDER BY id"
+    with stand_in_endpoint(tmp_path, tmp_path / "cache", TheoriaStandIn()) as (endpoint, _):
+        models = EndpointModels(endpoint)
+        observe(db, models, opts, papers[0], 1)
+        observe(db, models, opts, papers[1], 2)
+        once = (db.query(rows), db.counts())
+        observe(db, models, opts, papers[1], 2)
+        twice = (db.query(rows), db.counts())
+        models.close()
+    assert once[1]["theories"] > 0 and once == twice
+    db.close()

@@ -27,7 +27,7 @@ class TheoriaStandIn(StandInChat):
             if self.invalid_extraction:
                 return chat_completion('{"claims": [', 100, 5)
             aspect = re.search(r"Aspect: (\w+)", prompt).group(1)
-            text = prompt.split("Text:\n", 1)[1]
+            text = prompt.split("Text:\n", 1)[1].split("\n\n---\n", 1)[0]
             sentences = [s.strip() for s in _SENTENCE.findall(text)]
             want_digit = aspect == "numbers"
             chosen = [s for s in sentences if bool(re.search(r"\d", s)) == want_digit]

@@ -23,7 +23,7 @@ from srb.theoria.links import discover_links
 from srb.theoria.models import EndpointModels
 from srb.theoria.options import TheoriaOptions
 from srb.theoria.raptor import build_raptor
-from srb.theoria.theories import reanchor_theories, theory_counts, update_theories
+from srb.theoria.theories import reanchor_theories, theory_counts, theory_id, update_theories
 
 THEORIA_LAYERS = ("links", "raptor", "communities", "theories")
 PRISM_LAYERS = ("links", "raptor")
@@ -68,8 +68,19 @@ def add_paper(
 
 
 def _delete_paper(conn: Any, paper_id: str) -> None:
+    """Remove a paper and everything derived from its claims, so that observing it again (a
+    resumed /observe, a retried ingest) counts each claim once: the theories its claims seeded
+    go, and the support or contradiction they gave other theories is taken back."""
     ids = [r[0] for r in conn.execute("SELECT id FROM evidence WHERE paper_id = ?", (paper_id,))]
     for iid in ids:
+        for tid, stance in conn.execute(
+            "SELECT theory_id, stance FROM theory_evidence WHERE item_id = ?", (iid,)
+        ).fetchall():
+            column = "contradict" if stance == "contradicts" else "support"
+            conn.execute(f"UPDATE theories SET {column} = {column} - 1 WHERE id = ?", (tid,))
+        seeded = theory_id(iid)
+        conn.execute("DELETE FROM theory_evidence WHERE theory_id = ?", (seeded,))
+        conn.execute("DELETE FROM theories WHERE id = ?", (seeded,))
         conn.execute("DELETE FROM links WHERE src = ? OR dst = ?", (iid, iid))
         conn.execute("DELETE FROM link_decisions WHERE src = ?", (iid,))
         conn.execute("DELETE FROM membership WHERE item_id = ?", (iid,))
@@ -111,7 +122,8 @@ def observe(
     db: TheoriaDB, models: EndpointModels, opts: TheoriaOptions, paper: Paper, batch: int
 ) -> dict[str, Any]:
     """Take one new paper (or finding) into a live store, updating every layer."""
-    before = {e.id for e in db.evidence()}
+    # the paper's own earlier claims (a resumed observe) are replaced, so they count as new
+    before = {e.id for e in db.evidence() if e.paper_id != paper.id}
     extraction = add_paper(db, models, opts, paper, batch)
     new = [c.claim_id for c in extraction.claims if c.claim_id not in before]
     links = discover_links(db, models, opts, new)

@@ -29,16 +29,19 @@ ASPECT_INSTRUCTIONS = {
     "tables": "results reported in tables or table-like lists: each row's finding as a sentence",
 }
 
-EXTRACT_PROMPT = """You extract evidence from one part of a scientific paper.
+#: The chunk comes first and the aspect last: the five passes over a chunk then share their
+#: long prefix, which the model server's prefix cache computes once instead of five times.
+EXTRACT_PROMPT = """Paper: {paper_id}
+Text:
+{chunk}
+
+---
+You extract evidence from the part of a scientific paper above.
 Aspect: {aspect} -- {instruction}.
 Write each claim as one self-contained sentence a reader understands without the paper (name the
 intervention, outcome and population). For each claim also copy a short verbatim quote (at most
 200 characters) from the text that supports it. Return at most {max_claims} claims; return an
 empty list when the text has none of this aspect.
-
-Paper: {paper_id}
-Text:
-{chunk}
 """
 
 
@@ -122,8 +125,11 @@ def _valid(max_chars: int) -> Any:
 
 
 def _passes(paper: Paper, opts: TheoriaOptions) -> Iterator[tuple[int, int, int, str]]:
-    for i, (s, e) in enumerate(chunk_spans(paper.text, opts.chunk_chars)):
-        for aspect in opts.aspects:
+    """Aspect-major (every chunk's first aspect, then every chunk's second, ...): a chunk's
+    later passes start after its first has filled the prefix cache."""
+    spans = chunk_spans(paper.text, opts.chunk_chars)
+    for aspect in opts.aspects:
+        for i, (s, e) in enumerate(spans):
             yield i, s, e, aspect
 
 
@@ -174,6 +180,10 @@ def extract_paper(paper: Paper, models: EndpointModels, opts: TheoriaOptions) ->
 
     with ThreadPoolExecutor(max(1, opts.concurrency)) as pool:
         results = list(pool.map(run, passes))
+    # claims in the paper's order (chunk, then aspect), whatever order the passes ran in
+    aspect_rank = {a: n for n, a in enumerate(opts.aspects)}
+    order = sorted(range(len(passes)), key=lambda n: (passes[n][0], aspect_rank[passes[n][3]]))
+    results = [results[n] for n in order]
     claims: dict[str, Claim] = {}
     seen_text: set[str] = set()
     failed = []

@@ -31,6 +31,10 @@ class InvalidAnswer(RuntimeError):
     """The model's answer did not parse after every retry."""
 
 
+class EndpointError(RuntimeError):
+    """The caching endpoint (or the model server behind it) failed a request."""
+
+
 class EndpointModels:
     """Chat (JSON answers) and embeddings through one caching endpoint."""
 
@@ -42,9 +46,12 @@ class EndpointModels:
         self._http.close()
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = self._http.post(path, json=body)
+        try:
+            response = self._http.post(path, json=body)
+        except httpx.TransportError as exc:
+            raise EndpointError(f"{self.endpoint.base_url}{path}: {exc}") from exc
         if response.status_code != 200:
-            raise RuntimeError(
+            raise EndpointError(
                 f"{self.endpoint.base_url}{path} answered {response.status_code}: "
                 f"{response.text[:300]}"
             )

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from srb.data.schema import Paper
 from srb.theoria.build import observe
 from srb.theoria.db import TheoriaDB
-from srb.theoria.models import EndpointModels, InvalidAnswer
+from srb.theoria.models import EndpointError, EndpointModels, InvalidAnswer
 from srb.theoria.options import TheoriaOptions
 from srb.theoria.retrieve import retrieve
 from srb.theoria.theories import theories_by_community, theory_counts
@@ -134,6 +134,8 @@ def create_app(
                 return observe(db, models, opts, Paper(body.paper_id, "", body.text), body.batch)
             except InvalidAnswer as exc:
                 raise HTTPException(502, f"the model's answers did not parse: {exc}") from exc
+            except EndpointError as exc:  # the store keeps its last committed state
+                raise HTTPException(502, f"the model endpoint failed: {exc}") from exc
 
     # the body model is built from the options (max_finding_chars): set it as the annotation
     # FastAPI reads (this module's annotations are strings, which it could not resolve here)

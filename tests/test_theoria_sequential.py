@@ -1,0 +1,104 @@
+"""Theoria's sequential evaluation through two real HTTP services (a writable store fed by
+/observe, the bulk store read-only), with a stand-in chat behind the caching endpoint."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from srb.data.evidence_inference import load_evidence_inference
+from srb.services import free_port
+from srb.store import memory_slice
+from srb.synthesize import ContextFitter
+from srb.systems.theoria import TheoriaSystem
+from srb.theoria.db import TheoriaDB
+from srb.theoria.models import EndpointModels
+from srb.theoria.options import TheoriaOptions
+from srb.theoria.sequential import Answerer, arrival_order, run_sequential, sequential_figure
+from srb.theoria.service import create_app
+from tests.stand_in_chat import ingest_with_stand_in, stand_in_client, stand_in_endpoint
+from tests.theoria_stand_in import TheoriaStandIn
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared/data/evidence-inference-ccby"
+THEORIA = {"link_min_cosine": 0.3, "concurrency": 2}
+
+
+class StandInSynthesizer:
+    """The synthesizer's backend: states a direction found in its context, or none."""
+
+    def chat(self, request):
+        from srb.llm.backends import Completion
+
+        prompt = request.messages[0]["content"]
+        said = "significantly decreased" if "reduc" in prompt else "no significant difference"
+        return Completion(f"The outcome {said}.", len(prompt) // 4, 6, 0.0)
+
+
+@contextmanager
+def serving(app):
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            httpx.get(url + "/health")
+            break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_papers_observed_in_batches_converge_to_bulk(tmp_path: Path) -> None:
+    corpus = load_evidence_inference(CORPUS)
+    papers, questions = memory_slice(corpus, 3)
+    backend = TheoriaStandIn()
+    system = TheoriaSystem().configure({"theoria": THEORIA})
+    ingest_with_stand_in(system, papers, tmp_path, tmp_path / "cache", "bulk", backend)
+    opts = TheoriaOptions.from_config(THEORIA)
+    TheoriaDB(tmp_path / "seq").close()
+    with stand_in_endpoint(tmp_path, tmp_path / "cache", backend) as (endpoint, _):
+        models = EndpointModels(endpoint)
+        synth = stand_in_client(
+            tmp_path, tmp_path / "cache/synth.sqlite", StandInSynthesizer(), "synth"
+        )
+        template = "Context: {context}\nQuestion: {question}"
+        answerer = Answerer(synth, template, "t", ContextFitter(None, 4096, 64), 64)
+        incremental_app = create_app(tmp_path / "seq", opts, models, read_only=False)
+        bulk_app = create_app(tmp_path / "bulk/store", opts, models, read_only=True)
+        with serving(incremental_app) as inc, serving(bulk_app) as bulk:
+            result = run_sequential(inc, bulk, papers, questions, answerer, 5, 1, seed=3)
+    rows = result["rows"]
+    order = [p.id for p in arrival_order(papers, 3)]
+    assert result["order"] == order and sorted(order) == sorted(p.id for p in papers)
+    assert [r["stage"] for r in rows] == ["batch 1", "batch 2", "batch 3", "bulk"]
+    assert [r["papers_seen"] for r in rows] == [1, 2, 3, 3]
+    for r, n in zip(rows[:3], (1, 2, 3), strict=True):  # answerable so far, by hand
+        seen = set(order[:n])
+        assert r["questions"] == sum(set(q.paper_ids) <= seen for q in questions)
+    # the same extraction requests: everything observed equals what bulk ingest stored
+    seq_db, bulk_db = TheoriaDB(tmp_path / "seq"), TheoriaDB(tmp_path / "bulk/store")
+    assert sum(r["claims_added"] for r in rows[:3]) == bulk_db.counts()["evidence"]
+    assert {e.id for e in seq_db.evidence()} == {e.id for e in bulk_db.evidence()}
+    theories = seq_db.counts()["theories"]
+    assert sum(rows[2][f"theories_{c}"] for c in ("low", "medium", "high")) == theories
+    assert sum(r["seeded"] for r in rows[:3]) == theories  # every theory was seeded once
+    assert 0.0 <= rows[2]["jaccard_to_bulk"] <= 1.0
+    assert rows[3]["questions"] == rows[2]["questions"]
+    details = [d for d in result["details"] if d["batch"] == "bulk"]
+    assert len(details) == rows[3]["questions"]
+    png = tmp_path / "seq.png"
+    sequential_figure(result, "test", png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    json.dumps(result)  # the details file is JSON
