@@ -27,6 +27,8 @@ from srb.theoria.db import DB_FILE, TheoriaDB
 from srb.theoria.models import EndpointModels
 from srb.theoria.options import TheoriaOptions
 
+SERVICE_MEMORY_KEYS = ("llm", "theoria", "max_completion_tokens", "structured_output")
+
 
 def export_items(db: TheoriaDB) -> list[Item]:
     """Every claim (kind = its aspect) and summary, in the store's canonical order."""
@@ -212,7 +214,9 @@ class TheoriaSystem(StoreSystem):
             **self.services,
             "store": str(store_dir.resolve()),
             "read_only": read_only,
-            "memory": dict(self.options),
+            # only what the service's answers depend on: jobs configured with other `memory`
+            # keys (the doctor's gate, say) share one service
+            "memory": {k: self.options.get(k) for k in SERVICE_MEMORY_KEYS},
         }
         fingerprint = _store_fingerprint(store_dir) if read_only else "writable"
         key = (
