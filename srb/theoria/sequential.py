@@ -83,9 +83,9 @@ def _score(
                 "answer": answer,
             }
         )
-    quality = statistics.fmean(r["composite"] for r in rows) if rows else None
+    quality = round(statistics.fmean(r["composite"] for r in rows), 3) if rows else None
     labelled = [r["label_correct"] for r in rows if r["label_correct"] is not None]
-    accuracy = sum(labelled) / len(labelled) if labelled else None
+    accuracy = round(sum(labelled) / len(labelled), 3) if labelled else None
     return quality, accuracy, rows
 
 
@@ -158,7 +158,7 @@ def run_sequential(
         theories = http.get("/theories").json()["counts"]
     overlap = [jaccard(last.get(r["question_id"], []), r["texts"]) for r in scored]
     if rows and overlap:
-        rows[-1]["jaccard_to_bulk"] = statistics.fmean(overlap)
+        rows[-1]["jaccard_to_bulk"] = round(statistics.fmean(overlap), 3)
     rows.append(
         {
             "stage": "bulk",
