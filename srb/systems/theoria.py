@@ -227,7 +227,7 @@ class TheoriaSystem(StoreSystem):
         )
         state = Path(settings["llm"]["servers_dir"])
         state.mkdir(parents=True, exist_ok=True)
-        settings_file = state / f"{key}.settings.json"
+        settings_file = state / f"{key}.settings"  # not *.json: the registries are
         settings_file.write_text(json.dumps(settings, indent=1))
         return settings_file, key
 
