@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from srb.data.evidence_inference import load_evidence_inference
+from srb.data.canonical import load_canonical
 from srb.data.schema import Paper
 from srb.errors import ConfigError
 from srb.store import memory_slice
@@ -27,7 +27,7 @@ from srb.theoria.theories import confidence, update_theories
 from tests.stand_in_chat import ingest_with_stand_in
 from tests.theoria_stand_in import TheoriaStandIn
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared/data/evidence-inference-ccby"
+CORPUS = Path(__file__).resolve().parents[1] / "resources/corpora/evidence-inference-ccby"
 
 
 # ------------------------------------------------------------------ options and helpers
@@ -140,7 +140,7 @@ def test_theories_seed_match_contradict_and_promote(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def papers():
-    corpus = load_evidence_inference(CORPUS)
+    corpus = load_canonical(CORPUS)
     chosen, _ = memory_slice(corpus, 3)
     return chosen
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import uvicorn
 
-from srb.data.evidence_inference import load_evidence_inference
+from srb.data.canonical import load_canonical
 from srb.services import free_port
 from srb.store import memory_slice
 from srb.synthesize import ContextFitter
@@ -25,7 +25,7 @@ from srb.theoria.service import create_app
 from tests.stand_in_chat import ingest_with_stand_in, stand_in_client, stand_in_endpoint
 from tests.theoria_stand_in import TheoriaStandIn
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared/data/evidence-inference-ccby"
+CORPUS = Path(__file__).resolve().parents[1] / "resources/corpora/evidence-inference-ccby"
 THEORIA = {"link_min_cosine": 0.3, "concurrency": 2}
 
 
@@ -61,7 +61,7 @@ def serving(app):
 
 
 def test_papers_observed_in_batches_converge_to_bulk(tmp_path: Path) -> None:
-    corpus = load_evidence_inference(CORPUS)
+    corpus = load_canonical(CORPUS)
     papers, questions = memory_slice(corpus, 3)
     backend = TheoriaStandIn()
     system = TheoriaSystem().configure({"theoria": THEORIA})

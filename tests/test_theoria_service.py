@@ -14,7 +14,7 @@ import schemathesis
 import uvicorn
 from hypothesis import HealthCheck, settings
 
-from srb.data.evidence_inference import load_evidence_inference
+from srb.data.canonical import load_canonical
 from srb.services import free_port
 from srb.store import memory_slice
 from srb.systems.theoria import TheoriaSystem
@@ -25,13 +25,13 @@ from srb.theoria.service import create_app
 from tests.stand_in_chat import ingest_with_stand_in, stand_in_endpoint
 from tests.theoria_stand_in import TheoriaStandIn
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared/data/evidence-inference-ccby"
+CORPUS = Path(__file__).resolve().parents[1] / "resources/corpora/evidence-inference-ccby"
 OPTS = TheoriaOptions(link_min_cosine=0.3, concurrency=2, max_finding_chars=20_000)
 
 
 @pytest.fixture(scope="module")
 def corpus_papers():
-    papers, _ = memory_slice(load_evidence_inference(CORPUS), 3)
+    papers, _ = memory_slice(load_canonical(CORPUS), 3)
     return papers
 
 
