@@ -4,16 +4,9 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-import uvicorn
-
 from srb.data.canonical import load_canonical
-from srb.services import free_port
 from srb.store import memory_slice
 from srb.synthesize import ContextFitter
 from srb.systems.theoria import TheoriaSystem
@@ -23,7 +16,7 @@ from srb.theoria.options import TheoriaOptions
 from srb.theoria.sequential import Answerer, arrival_order, run_sequential, sequential_figure
 from srb.theoria.service import create_app
 from tests.stand_in_chat import ingest_with_stand_in, stand_in_client, stand_in_endpoint
-from tests.theoria_stand_in import TheoriaStandIn
+from tests.theoria_stand_in import TheoriaStandIn, serving
 
 CORPUS = Path(__file__).resolve().parents[1] / "resources/corpora/evidence-inference-ccby"
 THEORIA = {"link_min_cosine": 0.3, "concurrency": 2}
@@ -38,26 +31,6 @@ class StandInSynthesizer:
         prompt = request.messages[0]["content"]
         said = "significantly decreased" if "reduc" in prompt else "no significant difference"
         return Completion(f"The outcome {said}.", len(prompt) // 4, 6, 0.0)
-
-
-@contextmanager
-def serving(app):
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            httpx.get(url + "/health")
-            break
-        except httpx.TransportError:
-            time.sleep(0.1)
-    try:
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 def test_papers_observed_in_batches_converge_to_bulk(tmp_path: Path) -> None:

@@ -4,18 +4,14 @@ store refuses /observe, and no generated input gets a 500."""
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, settings
 
 from srb.data.canonical import load_canonical
-from srb.services import free_port
 from srb.store import memory_slice
 from srb.systems.theoria import TheoriaSystem
 from srb.theoria.db import TheoriaDB
@@ -23,7 +19,7 @@ from srb.theoria.models import EndpointModels
 from srb.theoria.options import TheoriaOptions
 from srb.theoria.service import create_app
 from tests.stand_in_chat import ingest_with_stand_in, stand_in_endpoint
-from tests.theoria_stand_in import TheoriaStandIn
+from tests.theoria_stand_in import TheoriaStandIn, serving
 
 CORPUS = Path(__file__).resolve().parents[1] / "resources/corpora/evidence-inference-ccby"
 OPTS = TheoriaOptions(link_min_cosine=0.3, concurrency=2, max_finding_chars=20_000)
@@ -45,20 +41,8 @@ def served(tmp_path_factory, corpus_papers):
     with stand_in_endpoint(tmp, tmp / "cache", backend) as (endpoint, proxy):
         models = EndpointModels(endpoint)
         app = create_app(tmp / "t/store", OPTS, models, read_only=False)
-        port = free_port()
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                if httpx.get(url + "/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        yield url, app, tmp / "t/store", proxy
-        server.should_exit = True
-        thread.join(10)
+        with serving(app) as url:
+            yield url, app, tmp / "t/store", proxy
         models.close()
 
 

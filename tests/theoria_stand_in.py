@@ -6,8 +6,16 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import httpx
+import uvicorn
+
+from srb.services import free_port
 from tests.stand_in_chat import StandInChat, chat_completion
 
 _SENTENCE = re.compile(r"[^.!?\n]{40,300}[.!?]")
@@ -47,3 +55,24 @@ class TheoriaStandIn(StandInChat):
             finding = prompt.split("\n")[1]
             return chat_completion("Generally, " + finding[:150], 100, 20)
         return chat_completion("The evidence shows no significant difference.", 300, 12)
+
+
+@contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """`app` served by uvicorn on 127.0.0.1 in a thread (real HTTP); yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            if httpx.get(url + "/health").status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(10)
