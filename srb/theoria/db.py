@@ -108,6 +108,17 @@ class TheoriaDB:
             self.conn = sqlite3.connect(self.path, check_same_thread=False)
             self.conn.executescript(SCHEMA)
         self.lock = threading.RLock()
+        self.readonly = readonly
+        #: a read-only store never changes: its rows and vectors are read once, not per query
+        self._memo: dict[Any, Any] = {}
+
+    def _once(self, key: Any, compute: Any) -> Any:
+        if not self.readonly:
+            return compute()
+        with self.lock:
+            if key not in self._memo:
+                self._memo[key] = compute()
+            return self._memo[key]
 
     def close(self) -> None:
         self.conn.close()
@@ -142,6 +153,10 @@ class TheoriaDB:
         return [r[0] for r in self.query("SELECT paper_id FROM papers ORDER BY paper_id")]
 
     def evidence(self, where: str = "", args: Iterable[Any] = ()) -> list[Evidence]:
+        args = tuple(args)
+        return list(self._once(("evidence", where, args), lambda: self._evidence(where, args)))
+
+    def _evidence(self, where: str, args: tuple[Any, ...]) -> list[Evidence]:
         rows = self.query(
             f"SELECT id, paper_id, aspect, text, start, end_ FROM evidence {where} "
             f"ORDER BY {ORDER}",
@@ -150,23 +165,27 @@ class TheoriaDB:
         return [Evidence(*r) for r in rows]
 
     def evidence_vectors(self, ids: list[str] | None = None) -> tuple[list[str], np.ndarray]:
+        if ids is None:
+            return self._once(
+                "evidence_vectors",
+                lambda: _stack(self.query(f"SELECT id, embedding FROM evidence ORDER BY {ORDER}")),
+            )
+        wanted = set(ids)
         rows = self.query(f"SELECT id, embedding FROM evidence ORDER BY {ORDER}")
-        if ids is not None:
-            wanted = set(ids)
-            rows = [r for r in rows if r[0] in wanted]
-        if not rows:
-            return [], np.zeros((0, 0), dtype=np.float32)
-        return [r[0] for r in rows], np.vstack([from_blob(r[1]) for r in rows])
+        return _stack([r for r in rows if r[0] in wanted])
 
     def summaries(self) -> list[Summary]:
-        rows = self.query("SELECT id, text, children, paper_ids FROM raptor ORDER BY id")
+        rows = self._once(
+            "summaries",
+            lambda: self.query("SELECT id, text, children, paper_ids FROM raptor ORDER BY id"),
+        )
         return [Summary(r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3]))) for r in rows]
 
     def summary_vectors(self) -> tuple[list[str], np.ndarray]:
-        rows = self.query("SELECT id, embedding FROM raptor ORDER BY id")
-        if not rows:
-            return [], np.zeros((0, 0), dtype=np.float32)
-        return [r[0] for r in rows], np.vstack([from_blob(r[1]) for r in rows])
+        return self._once(
+            "summary_vectors",
+            lambda: _stack(self.query("SELECT id, embedding FROM raptor ORDER BY id")),
+        )
 
     def counts(self) -> dict[str, int]:
         tables = ("papers", "evidence", "raptor", "links", "theories", "theory_evidence")
@@ -177,6 +196,13 @@ class TheoriaDB:
             )
         out["community_edges"] = int(self.query("SELECT COUNT(*) FROM community_edges")[0][0])
         return out
+
+
+def _stack(rows: list[tuple[Any, ...]]) -> tuple[list[str], np.ndarray]:
+    """(ids, one float32 row per id) from (id, BLOB) rows."""
+    if not rows:
+        return [], np.zeros((0, 0), dtype=np.float32)
+    return [r[0] for r in rows], np.vstack([from_blob(r[1]) for r in rows])
 
 
 def write_faiss(db: TheoriaDB) -> None:
