@@ -16,22 +16,9 @@ import pytest
 
 from srb.llm import server as srv
 from srb.llm.server import ServerError, acquire_server, stop_servers, vllm_command
+from tests.processes import FAKE_VLLM
 
 FAST_FAIL = {"start_attempts": 2, "start_timeout_s": 5}
-
-# a stand-in for `vllm serve`: on port argv[1], GET /v1/models lists the model named argv[2]
-FAKE_SERVER = """
-import json, sys
-from http.server import BaseHTTPRequestHandler, HTTPServer
-class H(BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/v1/models" else 404)
-        self.end_headers()
-        self.wfile.write(json.dumps({"data": [{"id": sys.argv[2]}]}).encode())
-    def log_message(self, *a):
-        pass
-HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-"""
 
 
 def only(paths: list[Path]) -> Path:
@@ -158,7 +145,7 @@ def test_terminate_returns_once_its_own_child_is_dead() -> None:
 
 def test_start_reuse_and_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def fake_vllm(model_dir: str, served_name: str, port: int, opts: dict) -> list[str]:
-        return [sys.executable, "-c", FAKE_SERVER, str(port), served_name]
+        return [sys.executable, "-c", FAKE_VLLM, str(port), served_name]
 
     monkeypatch.setattr(srv, "vllm_command", fake_vllm)
     url, started = acquire_server("tiny", str(tmp_path), {"start_timeout_s": 30}, tmp_path)

@@ -21,49 +21,16 @@ import pytest
 
 from srb.llm import server as srv
 from srb.llm.server import ServerError, acquire_server, healthy, stop_servers
+from tests.processes import FAKE_VLLM, gone, wait_gone
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_ID, RUN_PID = "SRB_RUN_ID", "SRB_RUN_PID"  # what rules/common.smk puts in the environment
 
-# argv: port, served name, [launch log]; lists the served name at /v1/models
-FAKE_VLLM = """
-import json, os, sys
-from http.server import BaseHTTPRequestHandler, HTTPServer
-if len(sys.argv) > 3:
-    with open(sys.argv[3], "a") as fh:
-        fh.write(f"{os.getpid()}\\n")
-class H(BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/v1/models" else 404)
-        self.end_headers()
-        self.wfile.write(json.dumps({"object": "list", "data": [{"id": sys.argv[2]}]}).encode())
-    def log_message(self, *a):
-        pass
-HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-"""
 
 # a server that never becomes healthy: writes its pid, then sleeps
 NEVER_READY = (
     "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
 )
-
-
-def gone(pid: int) -> bool:
-    """Not running: no such process, or a zombie nobody reaped yet."""
-    try:
-        state = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return True
-    return "\nState:\tZ" in state
-
-
-def wait_gone(pid: int, within: float = 30.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if gone(pid):
-            return True
-        time.sleep(0.1)
-    return gone(pid)
 
 
 def kill_quietly(pid: int) -> None:
@@ -133,7 +100,7 @@ def test_a_start_interrupted_by_a_signal_leaves_no_server(tmp_path: Path, sig: i
         assert acquirer.returncode != 0
         if sig == signal.SIGTERM:
             assert acquirer.returncode == 128 + signal.SIGTERM  # a clean exit, after cleanup
-        assert wait_gone(server_pid), f"server pid {server_pid} outlived the interrupted start"
+        assert wait_gone(server_pid, 30), f"server pid {server_pid} outlived the interrupted start"
         assert not list(tmp_path.glob("*.json"))
     finally:
         acquirer.kill()
@@ -160,7 +127,7 @@ def test_an_exception_during_the_health_wait_stops_the_server(
     try:
         with pytest.raises(RuntimeError, match="health check broke"):
             acquire_server("tiny", str(tmp_path), {"start_timeout_s": 60}, tmp_path)
-        assert wait_gone(int(pidfile.read_text()))
+        assert wait_gone(int(pidfile.read_text()), 30)
         assert signal.getsignal(signal.SIGTERM) == previous  # the handler is put back
     finally:
         if pidfile.exists() and pidfile.read_text():

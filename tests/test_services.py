@@ -28,6 +28,7 @@ from srb.services import (
     service_key,
     stop_servers,
 )
+from tests.processes import FAKE_VLLM, wait_gone
 
 # argv: port, service name, launch log; /health answers its name, pid and SRB_TEST_MARK
 SERVICE = """
@@ -66,38 +67,8 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 # never healthy: records its pid, then sleeps without listening
 SILENT = "import os, sys, time; open(sys.argv[3], 'a').write(f'{os.getpid()}\\n'); time.sleep(600)"
 
-FAKE_VLLM = """
-import json, sys
-from http.server import BaseHTTPRequestHandler, HTTPServer
-class H(BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/v1/models" else 404)
-        self.end_headers()
-        self.wfile.write(json.dumps({"data": [{"id": sys.argv[2]}]}).encode())
-    def log_message(self, *a):
-        pass
-HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-"""
 
 NAME = "memory"
-
-
-def gone(pid: int) -> bool:
-    """Not running: no such process, or a zombie nobody reaped yet."""
-    try:
-        state = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return True
-    return "\nState:\tZ" in state
-
-
-def wait_gone(pid: int, within: float = 10.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if gone(pid):
-            return True
-        time.sleep(0.05)
-    return gone(pid)
 
 
 def launched(launches: Path) -> list[int]:
