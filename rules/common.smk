@@ -173,6 +173,32 @@ def memory_llm_params(wildcards):
     return out
 
 
+def memory_llm_jobs(wildcards):
+    """Outputs of every job that sends requests to the memory systems' ingest model."""
+    files = [
+        f"results/{corpus}/units/{system}.ingest.json"
+        for corpus in CORPORA
+        for system in STORE_SYSTEMS
+    ]
+    if (
+        "theoria" in STORE_SYSTEMS
+        and MEMORY.get("sequential", {}).get("enabled")
+        and LLM
+    ):
+        files += [f"results/{c}/sequential/theoria/{SYNTH}.csv" for c in CORPORA]
+    return files
+
+
+def after_memory_llm(wildcards):
+    """With `llm.one_server_at_a_time`, a synthesis or judge job waits until the memory
+    systems' ingest model has finished and its server is stopped (rules/models.smk). The
+    marker is ancient: a later rerun of that phase alone never reruns the answers."""
+    own = {SYNTH, *JUDGES}
+    if not (LLM["one_server_at_a_time"] and STORE_SYSTEMS) or MEMORY["llm"] in own:
+        return []
+    return ancient(f"results/llm_phases/{MEMORY['llm']}.done.json")
+
+
 def budget_verdict_files(corpus):
     """The budget verdict beside every retrieval cell (in the order of retrieval_cells)."""
     return [f.removesuffix(".jsonl") + ".budget.json" for f in retrieval_cells(corpus)]

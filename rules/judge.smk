@@ -6,6 +6,7 @@ rule judge:
         questions="results/{corpus}/corpus/questions.jsonl",
         model=lambda wc: [] if wc.judge == "rubric" else model_card(wc.judge),
         template=lambda wc: [] if wc.judge == "rubric" else PROMPTS["judge"],
+        after=lambda wc: [] if wc.judge == "rubric" else after_memory_llm(wc),
     output:
         judgments="results/{corpus}/judgments/{synth}/{judge}/{system}/{modality}/{budget}.jsonl",
     log:

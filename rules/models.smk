@@ -18,3 +18,25 @@ rule prepare_model:
         models_dir=lambda wc, output: Path(output.card).parent,
     script:
         "../workflow/scripts/prepare_model.py"
+
+
+rule end_llm_phase:
+    """On a CPU host two vLLM servers thrash the same cores: with `llm.one_server_at_a_time`
+    every job of the memory systems' ingest model runs first, then this stops that model's
+    server (unless another invocation holds it), and only then do synthesis and judging start.
+    """
+    input:
+        memory_llm_jobs,
+    output:
+        done="results/llm_phases/{model}.done.json",
+    log:
+        "results/logs/end_llm_phase/{model}.log",
+    conda:
+        "../envs/srb.yaml"
+    resources:
+        mem_mb=500,
+        runtime=5,
+    params:
+        servers_dir=LLM["servers_dir"] if LLM else "",
+    script:
+        "../workflow/scripts/end_llm_phase.py"

@@ -26,6 +26,7 @@ rule synthesize:
         questions="results/{corpus}/corpus/questions.jsonl",
         model=lambda wc: model_card(wc.synth),
         templates=synthesis_templates,
+        after=after_memory_llm,
     output:
         answers="results/{corpus}/answers/{synth}/{system}/{modality}/{budget}.jsonl",
     log:

@@ -405,13 +405,17 @@ def _start(
 # ---------------------------------------------------------------------- stop
 
 
-def stop_servers(state_dir: str | Path, run_id: str | None = None) -> int:
+def stop_servers(
+    state_dir: str | Path, run_id: str | None = None, match: Mapping[str, Any] | None = None
+) -> int:
     """Stop services of any kind registered in `state_dir` on this host; returns how many were
     stopped.
 
     With `run_id` (an invocation's hooks): drop that invocation's leases and stop a service
     only when no other still-running invocation holds one. Without (by hand): stop every one.
-    Services of other hosts are left registered; dead ones are cleared."""
+    With `match`, only services whose registry record has those values (e.g. `{"model": m}`:
+    a job that ends one model's phase of the run). Services of other hosts are left
+    registered; dead ones are cleared."""
     state_dir = Path(state_dir)
     here = socket.gethostname()
     stopped = 0
@@ -425,6 +429,8 @@ def stop_servers(state_dir: str | Path, run_id: str | None = None) -> int:
                 int(info["pid"])
             except (ValueError, KeyError, TypeError):
                 log.warning("%s is no service registry; left alone", registry)
+                continue
+            if match and any(info.get(k) != v for k, v in match.items()):
                 continue
             leases = _leases_dir(state_dir, key)
             if run_id is not None:

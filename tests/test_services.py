@@ -325,3 +325,32 @@ def test_stop_hooks_stop_both_kinds_with_the_same_lease_rules(
     assert health_of(url)["pid"] == pid
     assert stop_servers(tmp_path, "run-b") == 1
     assert wait_gone(pid) and refuses(url)
+
+
+def test_ending_one_models_phase_stops_only_that_models_server(
+    tmp_path: Path,
+    launches: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    invocations: list[subprocess.Popen],
+) -> None:
+    """rules/models.smk end_llm_phase: the ingest model's server stops; the synthesizer's and
+    any other service stay up for the rest of the run."""
+    monkeypatch.setattr(
+        srv,
+        "vllm_command",
+        lambda model_dir, name, port, opts: [sys.executable, "-c", FAKE_VLLM, str(port), name],
+    )
+    as_invocation(monkeypatch, invocations, "run-a")
+    ingest_url, _ = srv.acquire_server("ingest", str(tmp_path), {"start_timeout_s": 8}, tmp_path)
+    synth_url, _ = srv.acquire_server("synth", str(tmp_path), {"start_timeout_s": 8}, tmp_path)
+    url, _ = acquire(tmp_path, launches)
+    pids = {
+        info["name"]: info["pid"]
+        for info in (json.loads(p.read_text()) for p in tmp_path.glob("*.json"))
+    }
+
+    assert stop_servers(tmp_path, "run-a", match={"model": "ingest"}) == 1
+    assert wait_gone(pids["ingest"]) and not srv.healthy(ingest_url)
+    assert srv.healthy(synth_url, "synth") and health_of(url)["pid"] == pids[NAME]
+    assert stop_servers(tmp_path, "run-a", match={"model": "ingest"}) == 0
+    assert stop_servers(tmp_path, "run-a") == 2

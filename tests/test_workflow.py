@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -281,3 +282,27 @@ def test_paper_grid_dry_run_without_corpora():
     )
     # one restore job per corpus x system x modality writes all 4 budgets' cells
     assert counts == {"prepare_corpus": "2", "restore_context": str(2 * 3 * 2)}
+
+
+def test_default_runs_the_ingest_model_before_any_synthesis_or_llm_judge():
+    """llm.one_server_at_a_time: every ingest and the sequential evaluation (the ingest
+    model's jobs) precede end_llm_phase, and every synthesis and LLM-judge job follows it."""
+    proc = subprocess.run(
+        [*SNAKEMAKE, "--dag"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rule_of = {
+        m.group(1): m.group(2)
+        for m in re.finditer(r'^\s*(\d+)\[label = "([a-z_]+)', proc.stdout, re.M)
+    }
+    edges = [m.groups() for m in re.finditer(r"^\s*(\d+) -> (\d+)", proc.stdout, re.M)]
+    parents: dict[str, set[str]] = {}
+    for a, b in edges:
+        parents.setdefault(b, set()).add(rule_of[a])
+    (phase,) = [n for n, r in rule_of.items() if r == "end_llm_phase"]
+    before = [r for n, r in rule_of.items() if r in ("ingest_store", "sequential_theoria")]
+    assert sorted(parents[phase]) == sorted(set(before)) and len(before) == 5
+    synth = [n for n, r in rule_of.items() if r == "synthesize"]
+    assert synth and all("end_llm_phase" in parents[n] for n in synth)
+    judges = [n for n, r in rule_of.items() if r == "judge" and "end_llm_phase" in parents[n]]
+    assert len(judges) == len(synth)  # the SmolLM2 judge of every cell; rubric needs no server
