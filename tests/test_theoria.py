@@ -165,6 +165,9 @@ def test_ingest_builds_every_layer_and_accounts(papers, tmp_path: Path) -> None:
     assert counts["links"] > 0  # the stand-in says "supports" for every first candidate
     items = [json.loads(line) for line in (out / "items.jsonl").read_text().splitlines()]
     assert len(items) == record["items_stored"] == counts["evidence"] + counts["raptor"]
+    # every claim and summary has its BM25 sparse vector in the same SQLite file
+    assert counts["bm25_vectors"] == len(items)
+    assert report["layers"]["bm25"]["docs"] == len(items) and report["layers"]["bm25"]["terms"] > 0
     by_id = {p.id: p for p in papers}
     assert all(i["start"] is None for i in items)  # claims are rewritten text, not spans
     spans = [i for i in items if i.get("provenance")]

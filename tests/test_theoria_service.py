@@ -84,12 +84,32 @@ def test_three_endpoints_over_http(served, corpus_papers) -> None:
     assert sum(report["theories"].values()) == after["theories"]
 
 
+def test_hybrid_retrieve_fuses_the_stored_bm25_vectors(served) -> None:
+    """A stored claim asked for by its own words is first in both channels: RRF gives it
+    1/(60+1) twice, and the dense-only answer scores it by cosine instead."""
+    url, _, store, _ = served
+    db = TheoriaDB(store, readonly=True)
+    try:
+        claim = max(db.evidence(), key=lambda e: len(set(e.text.lower().split())))
+    finally:
+        db.close()
+    body = {"query": claim.text, "k": 3, "modality": "hybrid"}
+    hybrid = httpx.post(url + "/retrieve", json=body, timeout=120)
+    assert hybrid.status_code == 200, hybrid.text
+    top = hybrid.json()["items"][0]
+    assert top["item_id"] == claim.id
+    assert top["score"] == pytest.approx(2 / 61, rel=1e-12)
+    dense = httpx.post(url + "/retrieve", json={**body, "modality": "dense"}).json()["items"][0]
+    assert dense["item_id"] == claim.id and dense["score"] < 1.0 + 1e-6
+
+
 @pytest.mark.parametrize(
     "path, body",
     [
         ("/retrieve", {"query": "x", "k": 0}),
         ("/retrieve", {"query": "x", "k": 3, "depth": 9}),
         ("/retrieve", {"query": "   ", "k": 3}),
+        ("/retrieve", {"query": "x", "k": 3, "modality": "bm25"}),
         ("/observe", {"paper_id": "p", "text": ""}),
         ("/observe", {"paper_id": "p", "text": "   "}),
         ("/observe", {"paper_id": "p", "text": "x" * 20_001}),

@@ -17,7 +17,7 @@ from typing import Any
 
 from srb.data.schema import Paper
 from srb.theoria.communities import assign_items, build_communities
-from srb.theoria.db import TheoriaDB, to_blob, write_faiss
+from srb.theoria.db import TheoriaDB, to_blob, write_bm25, write_faiss
 from srb.theoria.extract import PaperExtraction, extract_paper
 from srb.theoria.links import discover_links
 from srb.theoria.models import EndpointModels
@@ -110,6 +110,7 @@ def finish(
     if "theories" in layers:
         report["theory_events"] = update_theories(db, models, opts, all_ids, batch=0)
     write_faiss(db)
+    report["bm25"] = write_bm25(db, opts.bm25_k1, opts.bm25_b)
     with db.transaction() as conn:
         db.set_meta(conn, "layers", list(layers))
         db.set_meta(conn, "options", asdict(opts))
@@ -140,6 +141,7 @@ def observe(
         communities, rebuilt = {}, False
     events = update_theories(db, models, opts, new, batch)
     write_faiss(db)
+    write_bm25(db, opts.bm25_k1, opts.bm25_b)
     return {
         "paper_id": paper.id,
         "batch": batch,

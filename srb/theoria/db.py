@@ -1,5 +1,5 @@
 """Theoria's store: one SQLite file (evidence, RAPTOR summaries, links, communities, theories,
-embeddings as float32 BLOBs) plus a FAISS index derived from it.
+embeddings as float32 BLOBs, BM25 sparse vectors) plus a FAISS index derived from it.
 
 Why SQLite: the paper keeps its tables in SQLite; each ingest step commits in one transaction,
 so a crash leaves the last committed state and a rerun resumes from it. The FAISS file is
@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from srb.theoria import sparse
 
 DB_FILE = "theoria.sqlite"
 #: the canonical order of evidence: arrival batch, then paper, then position in the paper, so
@@ -106,7 +108,7 @@ class TheoriaDB:
         else:
             self.dir.mkdir(parents=True, exist_ok=True)
             self.conn = sqlite3.connect(self.path, check_same_thread=False)
-            self.conn.executescript(SCHEMA)
+            self.conn.executescript(SCHEMA + sparse.SCHEMA)
         self.lock = threading.RLock()
         self.readonly = readonly
         #: a read-only store never changes: its rows and vectors are read once, not per query
@@ -187,8 +189,37 @@ class TheoriaDB:
             lambda: _stack(self.query("SELECT id, embedding FROM raptor ORDER BY id")),
         )
 
+    def items_text(self) -> list[tuple[str, str]]:
+        """(id, text) of every retrievable item: claims in canonical order, then summaries."""
+        return [(e.id, e.text) for e in self.evidence()] + [
+            (s.id, s.text) for s in self.summaries()
+        ]
+
+    def sparse_index(self) -> sparse.SparseIndex:
+        """The stored BM25 vectors, inverted for scoring (needs the JVM for the analyzer)."""
+        return self._once("sparse_index", self._sparse_index)
+
+    def _sparse_index(self) -> sparse.SparseIndex:
+        stats = self.get_meta("bm25")
+        if stats is None:
+            raise RuntimeError(f"theoria: {self.path} holds no BM25 vectors (built before them?)")
+        order = {iid: i for i, (iid, _) in enumerate(self.items_text())}
+        rows = self.query("SELECT item_id, norm, term_ids, freqs FROM bm25_vectors")
+        rows.sort(key=lambda r: order.get(r[0], len(order)))
+        return sparse.load_sparse_index(
+            rows, self.query("SELECT term_id, term, idf FROM bm25_terms"), stats
+        )
+
     def counts(self) -> dict[str, int]:
-        tables = ("papers", "evidence", "raptor", "links", "theories", "theory_evidence")
+        tables = (
+            "papers",
+            "evidence",
+            "raptor",
+            "links",
+            "theories",
+            "theory_evidence",
+            "bm25_vectors",
+        )
         out = {t: int(self.query(f"SELECT COUNT(*) FROM {t}")[0][0]) for t in tables}
         for level in ("coarse", "fine"):
             out[f"{level}_communities"] = int(
@@ -224,3 +255,13 @@ def write_faiss(db: TheoriaDB) -> None:
     os.replace(tmp, db.dir / FAISS_FILE)
     with db.transaction() as conn:
         db.set_meta(conn, "faiss_ids", ids)
+
+
+def write_bm25(db: TheoriaDB, k1: float, b: float) -> dict[str, Any]:
+    """Replace the BM25 sparse vectors with those of every current item, in one transaction
+    (idf and the average length change with every item, so every vector is rewritten)."""
+    items = db.items_text()
+    with db.transaction() as conn:
+        stats = sparse.write_sparse_vectors(conn, items, k1, b)
+        db.set_meta(conn, "bm25", stats)
+    return stats

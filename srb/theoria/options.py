@@ -48,6 +48,12 @@ class TheoriaOptions:
     #: /retrieve: fine communities routed to, and whether their graph neighbours join
     route_communities: int = 5
     expand_neighbours: bool = True
+    #: /retrieve with modality "hybrid": the stored BM25 vectors' parameters (the workflow's
+    #: `bm25` defaults), RRF's k, and how deep each channel ranks before fusion
+    bm25_k1: float = 0.9
+    bm25_b: float = 0.4
+    rrf_k: int = 60
+    hybrid_depth: int = 100
     #: temperature of the per-level softmax whose entropy weights each RAPTOR level
     entropy_temperature: float = 0.05
     #: theory layer (the paper's thresholds)

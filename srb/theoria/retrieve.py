@@ -7,7 +7,10 @@
    whose distribution is peaked (low normalised entropy) is more informative, so its cosines
    weigh more: score = cosine x (1 - H/log n), with a floor so no level is silenced (the paper
    names the idea, not the formula);
-4. the top-k items after removing duplicate texts, then the one-hop linked items of those
+4. with modality "hybrid", that ranking and the store's own BM25 ranking (its sparse vectors,
+   over every item, not only the routed ones) are fused by RRF (k = `rrf_k`), each channel
+   `hybrid_depth` deep, as the paper fuses its dense and sparse channels;
+5. the top-k items after removing duplicate texts, then the one-hop linked items of those
    (from the typed links), which the paper's budgets overshoot by.
 
 Prism has no communities: its candidates are every leaf and summary (`route=False`).
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from srb.retrieve import rrf
 from srb.theoria.communities import neighbours, top_communities
 from srb.theoria.db import TheoriaDB
 from srb.theoria.options import TheoriaOptions
@@ -54,7 +58,10 @@ def retrieve(
     opts: TheoriaOptions,
     route: bool = True,
     expand: bool | None = None,
+    lexical: list[tuple[str, float]] | None = None,
 ) -> list[Retrieved]:
+    """The top-k items for a query vector; `lexical` (a BM25 ranking of item ids) makes it
+    hybrid."""
     ev = {e.id: e for e in db.evidence()}
     summaries = {s.id: s for s in db.summaries()}
     leaf_ids, leaf_vecs = db.evidence_vectors()
@@ -90,6 +97,11 @@ def retrieve(
         w = level_weight(cos, opts.entropy_temperature)
         scored += [(w * float(c), sum_ids[i]) for i, c in zip(keep_s, cos, strict=True)]
     scored.sort(key=lambda p: (-p[0], p[1]))
+    if lexical is not None:
+        depth = max(k, opts.hybrid_depth)
+        dense = [(iid, score) for score, iid in scored[:depth]]
+        fused = rrf([dense, lexical[:depth]], k=opts.rrf_k)
+        scored = [(score, iid) for iid, score in fused]
     out: list[Retrieved] = []
     seen: set[str] = set()
     for score, iid in scored:

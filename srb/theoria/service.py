@@ -43,6 +43,8 @@ class RetrieveRequest(BaseModel):
     query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     k: int = Field(ge=1, le=MAX_K)
     expand: bool | None = None
+    #: "hybrid" fuses the dense ranking with the store's BM25 sparse vectors (RRF)
+    modality: Literal["dense", "hybrid"] = "dense"
 
     @field_validator("query")
     @classmethod
@@ -111,7 +113,11 @@ def create_app(
     @app.post("/retrieve", response_model=RetrieveResponse)
     def retrieve_items(body: RetrieveRequest) -> dict[str, Any]:
         vector = models.embed([body.query])[0]
-        found = retrieve(db, vector, body.k, opts, route=True, expand=body.expand)
+        lexical = None
+        if body.modality == "hybrid":
+            depth = max(body.k, opts.hybrid_depth)
+            lexical = db.sparse_index().rank(body.query, depth)
+        found = retrieve(db, vector, body.k, opts, route=True, expand=body.expand, lexical=lexical)
         return {
             "items": [
                 {
