@@ -111,12 +111,13 @@ def per_query(index, k1, b, depth):
     }
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("depth", [1, 2, 3, 7, 100])
 @pytest.mark.parametrize(("k1", "b"), [(0.9, 0.4), (1.2, 0.75)])
-def test_bulk_path_returns_pyserinis_ids_and_scores(index, depth, k1, b):
+def test_bulk_path_returns_pyserinis_ids_and_scores(index, depth, k1, b, threads):
     searcher = BM25Searcher(index, k1, b)
     assert searcher.bulk
-    found = searcher.search(list(QUERIES.values()), list(QUERIES), depth)
+    found = searcher.search(list(QUERIES.values()), list(QUERIES), depth, threads)
     assert list(found) == list(QUERIES)
     assert found == per_query(index, k1, b, depth)
     assert found == searcher.pyserini_batch_search(list(QUERIES.values()), list(QUERIES), depth, 2)
@@ -130,12 +131,13 @@ def test_bulk_path_returns_pyserinis_ids_and_scores(index, depth, k1, b):
         assert np.all((steps < 0) & (steps > -1e-5))
 
 
-def test_failed_queries_are_counted_and_reported(index, caplog):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_failed_queries_are_counted_and_reported(index, caplog, threads):
     searcher = BM25Searcher(index)
     too_many_clauses = " ".join(f"term{i}" for i in range(1500))  # over Lucene's 1024 clauses
     queries, qids = ["aspirin", too_many_clauses, "heart attack risk"], ["a", "huge", "h"]
     with caplog.at_level(logging.WARNING, logger="srb.index.lucene"):
-        found = searcher.search(queries, qids, 10)
+        found = searcher.search(queries, qids, 10, threads)
     assert found["huge"] == []
     assert searcher.last_missing == 1 and searcher.last_missing_qids == ["huge"]
     expected = per_query(index, 0.9, 0.4, 10)

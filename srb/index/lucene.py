@@ -134,7 +134,8 @@ class BM25Searcher:
     ) -> dict[str, list[Hit]]:
         """{qid: [(docid, score)]}, best first, at most `depth` hits per query.
 
-        `threads` reaches only Pyserini's batch search; the bulk path searches on this thread.
+        With `threads` > 1 the queries are searched by Anserini's own `batch_search` on that many
+        Java threads (the same `search(q, k)` per query) and read back in one string as well.
         """
         queries, qids = list(queries), list(qids)
         if len(queries) != len(qids):
@@ -149,7 +150,8 @@ class BM25Searcher:
             found = self.pyserini_batch_search(queries, qids, depth, threads)
             results, errors = [found.get(qid) for qid in qids], [""] * len(qids)
         else:
-            results, errors = map(list, zip(*bulk.search(queries, depth), strict=True))
+            found_bulk = bulk.search(queries, depth, threads)
+            results, errors = map(list, zip(*found_bulk, strict=True))
         missing = [i for i, hits in enumerate(results) if hits is None]
         self.last_missing = len(missing)
         self.last_missing_qids = [qids[i] for i in missing]
@@ -213,6 +215,8 @@ class _BulkSearch:
     def __init__(self, simple: Any):
         from jnius import autoclass
 
+        self._simple = simple
+        self._scored_json = _scored_docs_writer()
         self._searcher = simple.searcher
         self._analyzer = simple.analyzer
         self._sort = simple.BREAK_SCORE_TIES_BY_DOCID
@@ -221,9 +225,17 @@ class _BulkSearch:
         self._json = _hits_writer()
         self._ids: dict[int, str] = {}  # Lucene doc number -> id, for this reader
 
-    def search(self, queries: Sequence[str], depth: int) -> list[tuple[list[Hit] | None, str]]:
+    def search(
+        self, queries: Sequence[str], depth: int, threads: int = 1
+    ) -> list[tuple[list[Hit] | None, str]]:
         """Per query, in order: (hits, "") or (None, why its Lucene search failed)."""
         from jnius import JavaException
+
+        if threads > 1 and len(queries) > 1:
+            try:
+                return self._threaded(queries, depth, threads)
+            except JavaException as exc:  # one failed query fails the batch: redo one by one
+                log.info("BM25: threaded batch failed (%s); searching query by query", exc)
 
         batch = self._list(len(queries))
         errors: dict[int, str] = {}
@@ -246,6 +258,37 @@ class _BulkSearch:
                 continue
             out.append((list(zip(ids, adjusted[start : start + size], strict=True)), ""))
             start += size
+        return out
+
+    def _threaded(
+        self, queries: Sequence[str], depth: int, threads: int
+    ) -> list[tuple[list[Hit] | None, str]]:
+        """SimpleSearcher.batch_search: each query's `search(q, k)` (tie adjuster included) on a
+        Java thread pool, keyed by position so repeated query ids cannot collide. A query that
+        fails raises for the whole batch (Anserini counts its completed tasks)."""
+        texts, keys = self._list(len(queries)), self._list(len(queries))
+        for i, text in enumerate(queries):
+            texts.add(text)
+            keys.add(str(i))
+        found = self._simple.batch_search(texts, keys, depth, threads)
+        text = self._scored_json.writeValueAsString(found)
+        runs = _parse(text)  # {"i": [[docid, score], ...]}; a query whose thread failed is absent
+        values = [score for i in range(len(queries)) for _, score in runs.get(str(i), ())]
+        scores, halfway = _float32(np.array(values, dtype=np.float64))
+        if halfway.any():
+            exact = _parse(text, parse_float=Fraction)
+            flat = [score for i in range(len(queries)) for _, score in exact.get(str(i), ())]
+            for j in np.flatnonzero(halfway):
+                scores[j] = _nearest_float32(flat[j])
+        out: list[tuple[list[Hit] | None, str]] = []
+        start = 0
+        listed = scores.tolist()
+        for i in range(len(queries)):
+            run = runs.get(str(i))
+            if run is None:
+                raise RuntimeError(f"Lucene batch_search returned no result for query {i}")
+            out.append(([(doc, listed[start + n]) for n, (doc, _) in enumerate(run)], ""))
+            start += len(run)
         return out
 
     def _read(self, batch: Any) -> tuple[list[list[str] | None], np.ndarray, list[int]]:
@@ -354,6 +397,23 @@ def _lower_ties(adjusted: np.ndarray, tied: np.ndarray) -> np.ndarray:
         adjusted[i] = adjusted[i] - _TIE_STEP * np.float32(count)
         i += 1
     return adjusted
+
+
+def _scored_docs_writer() -> Any:
+    """A Jackson ObjectMapper writing Anserini's ScoredDoc as [docid, score] (no document)."""
+    from jnius import autoclass
+
+    mapper = autoclass("com.fasterxml.jackson.databind.ObjectMapper")()
+    feature = autoclass("com.fasterxml.jackson.databind.MapperFeature")
+    mapper.configure(feature.SORT_PROPERTIES_ALPHABETICALLY, True)
+    ignore = autoclass("com.fasterxml.jackson.annotation.JsonIgnoreProperties$Value")
+    as_array = autoclass("com.fasterxml.jackson.annotation.JsonFormat$Value").forShape(
+        autoclass("com.fasterxml.jackson.annotation.JsonFormat$Shape").ARRAY
+    )
+    override = mapper.configOverride(autoclass("io.anserini.search.ScoredDoc"))
+    override.setIgnorals(ignore.forIgnoredProperties("lucene_document", "lucene_docid"))
+    override.setFormat(as_array)
+    return mapper
 
 
 def _hits_writer() -> Any:
