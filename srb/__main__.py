@@ -102,6 +102,18 @@ def _unblind(args: argparse.Namespace) -> int:
     return 0
 
 
+def _resume(args: argparse.Namespace) -> int:
+    from srb.resume import ResumeRefused, prepare_resume
+
+    try:
+        for line in prepare_resume(args.workdir):
+            print(f"srb resume: {line}", file=sys.stderr)
+    except ResumeRefused as exc:
+        print(f"srb resume: {exc}", file=sys.stderr)
+        return 3
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m srb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -123,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("stop-servers", help="stop vLLM servers the workflow left running")
     p.add_argument("--servers-dir", default="cache/servers")
     p.set_defaults(func=_stop_servers)
+    p = sub.add_parser(
+        "resume", help="after a killed run: stop its orphaned jobs, remove its stale lock"
+    )
+    p.add_argument("--workdir", default=".")
+    p.set_defaults(func=_resume)
     p = sub.add_parser("draw-pairs", help="draw blinded A/B answer pairs for human votes")
     p.add_argument("--answers", required=True, help="results/<corpus>/answers/<synthesizer>")
     p.add_argument("--questions", required=True, help="results/<corpus>/corpus/questions.jsonl")
