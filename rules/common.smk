@@ -145,6 +145,20 @@ def ingest_after(wildcards):
     ]
 
 
+def ingest_priority(wildcards):
+    """Store ingests that other model-bound jobs wait on start first: they are the run's
+    critical path (Prism reuses Theoria's requests; the sequential evaluation follows Theoria).
+    """
+    waiting = [
+        s
+        for s in STORE_SYSTEMS
+        if wildcards.system in getattr(store_registry()[s], "reuses_requests_of", ())
+    ]
+    if wildcards.system == "theoria" and MEMORY.get("sequential", {}).get("enabled"):
+        waiting.append("sequential")
+    return 10 + len(waiting)
+
+
 def memory_params(*extra):
     """The part of `memory` config a store job depends on: what changes the store or its
     calls (not the list of systems, nor how many papers run at once)."""
@@ -185,7 +199,7 @@ def memory_llm_jobs(wildcards):
         and MEMORY.get("sequential", {}).get("enabled")
         and LLM
     ):
-        files += [f"results/{c}/sequential/theoria/{SYNTH}.csv" for c in CORPORA]
+        files += [f"results/{c}/sequential/theoria/observed.json" for c in CORPORA]
     return files
 
 

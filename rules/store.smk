@@ -22,6 +22,7 @@ rule ingest_store:
         "results/benchmarks/ingest_store/{corpus}/{system}.tsv"
     wildcard_constraints:
         system=STORE_PATTERN,
+    priority: ingest_priority
     conda:
         "../envs/srb.yaml"
     threads: 1

@@ -13,7 +13,13 @@ from srb.systems.theoria import TheoriaSystem
 from srb.theoria.db import TheoriaDB
 from srb.theoria.models import EndpointModels
 from srb.theoria.options import TheoriaOptions
-from srb.theoria.sequential import Answerer, arrival_order, run_sequential, sequential_figure
+from srb.theoria.sequential import (
+    Answerer,
+    answer_sequentially,
+    arrival_order,
+    observe_sequentially,
+    sequential_figure,
+)
 from srb.theoria.service import create_app
 from tests.stand_in_chat import ingest_with_stand_in, stand_in_client, stand_in_endpoint
 from tests.theoria_stand_in import TheoriaStandIn, serving
@@ -43,15 +49,21 @@ def test_papers_observed_in_batches_converge_to_bulk(tmp_path: Path) -> None:
     TheoriaDB(tmp_path / "seq").close()
     with stand_in_endpoint(tmp_path, tmp_path / "cache", backend) as (endpoint, _):
         models = EndpointModels(endpoint)
-        synth = stand_in_client(
-            tmp_path, tmp_path / "cache/synth.sqlite", StandInSynthesizer(), "synth"
-        )
-        template = "Context: {context}\nQuestion: {question}"
-        answerer = Answerer(synth, template, "t", ContextFitter(None, 4096, 64), 64)
         incremental_app = create_app(tmp_path / "seq", opts, models, read_only=False)
         bulk_app = create_app(tmp_path / "bulk/store", opts, models, read_only=True)
         with serving(incremental_app) as inc, serving(bulk_app) as bulk:
-            result = run_sequential(inc, bulk, papers, questions, answerer, 5, 1, seed=3)
+            observed = observe_sequentially(inc, bulk, papers, questions, 5, 1, seed=3)
+    # the answers come later, from the recorded file, with the ingest model's endpoint gone
+    observed = json.loads(json.dumps(observed))
+    synth = stand_in_client(
+        tmp_path, tmp_path / "cache/synth.sqlite", StandInSynthesizer(), "synth"
+    )
+    template = "Context: {context}\nQuestion: {question}"
+    answerer = Answerer(synth, template, "t", ContextFitter(None, 4096, 64), 64)
+    result = answer_sequentially(observed, questions, answerer)
+    assert [len(b["found"]) for b in observed["batches"]] == [
+        r["questions"] for r in result["rows"][:3]
+    ]
     rows = result["rows"]
     order = [p.id for p in arrival_order(papers, 3)]
     assert result["order"] == order and sorted(order) == sorted(p.id for p in papers)

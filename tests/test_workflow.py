@@ -285,8 +285,9 @@ def test_paper_grid_dry_run_without_corpora():
 
 
 def test_default_runs_the_ingest_model_before_any_synthesis_or_llm_judge():
-    """llm.one_server_at_a_time: every ingest and the sequential evaluation (the ingest
-    model's jobs) precede end_llm_phase, and every synthesis and LLM-judge job follows it."""
+    """llm.one_server_at_a_time: every ingest and the sequential evaluation's observing job
+    (the ingest model's jobs) precede end_llm_phase; every synthesis and LLM-judge job and the
+    sequential evaluation's answering job follow it, so the two servers are never up at once."""
     proc = subprocess.run(
         [*SNAKEMAKE, "--dag"], cwd=REPO, capture_output=True, text=True, timeout=120
     )
@@ -300,8 +301,10 @@ def test_default_runs_the_ingest_model_before_any_synthesis_or_llm_judge():
     for a, b in edges:
         parents.setdefault(b, set()).add(rule_of[a])
     (phase,) = [n for n, r in rule_of.items() if r == "end_llm_phase"]
-    before = [r for n, r in rule_of.items() if r in ("ingest_store", "sequential_theoria")]
+    before = [r for n, r in rule_of.items() if r in ("ingest_store", "sequential_theoria_observe")]
     assert sorted(parents[phase]) == sorted(set(before)) and len(before) == 5
+    (answering,) = [n for n, r in rule_of.items() if r == "sequential_theoria"]
+    assert parents[answering] >= {"end_llm_phase", "sequential_theoria_observe"}
     synth = [n for n, r in rule_of.items() if r == "synthesize"]
     assert synth and all("end_llm_phase" in parents[n] for n in synth)
     judges = [n for n, r in rule_of.items() if r == "judge" and "end_llm_phase" in parents[n]]

@@ -94,23 +94,23 @@ def jaccard(a: Sequence[str], b: Sequence[str]) -> float:
     return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
 
 
-def run_sequential(
+def observe_sequentially(
     incremental_url: str,
     bulk_url: str,
     papers: Sequence[Paper],
     questions: Sequence[Question],
-    answerer: Answerer,
     k: int,
     batch_size: int,
     seed: int,
 ) -> dict[str, Any]:
-    """Every batch's row, the bulk row, and per-question details (see module)."""
+    """The memory side, with the ingest model only: each batch observed, then what /retrieve
+    finds for the questions answerable so far and the /theories counts; the bulk store's
+    retrievals last. No answer is written here, so the synthesizer's server need not be up
+    beside the ingest model's (`answer_sequentially` runs after it stops)."""
     order = arrival_order(papers, seed)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    rows: list[dict[str, Any]] = []
-    details: list[dict[str, Any]] = []
+    observed: list[dict[str, Any]] = []
     seen: set[str] = set()
-    last: dict[str, list[str]] = {}
     with httpx.Client(base_url=incremental_url, timeout=3600) as http:
         for b, batch in enumerate(batches, 1):
             events = dict.fromkeys(EVENTS, 0)
@@ -130,32 +130,71 @@ def run_sequential(
                     events[e] += int(report["theory_events"].get(e, 0))
                 seen.add(paper.id)
             asked = [q for q in questions if set(q.paper_ids) <= seen]
-            found = [_retrieve(http, q, k) for q in asked]
-            answers = answerer.answer(asked, ["\n\n".join(i["text"] for i in f) for f in found])
-            quality, accuracy, scored = _score(asked, found, answers)
-            last = {r["question_id"]: r["texts"] for r in scored}
-            theories = http.get("/theories").json()["counts"]
-            rows.append(
+            observed.append(
                 {
-                    "stage": f"batch {b}",
                     "batch": b,
                     "papers_seen": len(seen),
-                    "questions": len(asked),
-                    "rubric_composite": quality,
-                    "label_accuracy": accuracy,
                     "claims_added": claims,
-                    **{f"theories_{c}": theories[c] for c in ("low", "medium", "high")},
-                    **events,
-                    "jaccard_to_bulk": None,
+                    "events": events,
+                    "theories": http.get("/theories").json()["counts"],
+                    "asked": [q.id for q in asked],
+                    "found": [_retrieve(http, q, k) for q in asked],
                 }
             )
-            details += [{"batch": b, **r} for r in scored]
     with httpx.Client(base_url=bulk_url, timeout=3600) as http:
         asked = [q for q in questions if set(q.paper_ids) <= seen]
-        found = [_retrieve(http, q, k) for q in asked]
+        bulk = {
+            "papers_seen": len(seen),
+            "theories": http.get("/theories").json()["counts"],
+            "asked": [q.id for q in asked],
+            "found": [_retrieve(http, q, k) for q in asked],
+        }
+    return {
+        "order": [p.id for p in order],
+        "batch_size": batch_size,
+        "k": k,
+        "seed": seed,
+        "batches": observed,
+        "bulk": bulk,
+    }
+
+
+def answer_sequentially(
+    observed: dict[str, Any], questions: Sequence[Question], answerer: Answerer
+) -> dict[str, Any]:
+    """Every batch's row, the bulk row, and per-question details (see module), from what
+    `observe_sequentially` recorded, answered by the fixed synthesizer."""
+    by_id = {q.id: q for q in questions}
+
+    def answered(stage: dict[str, Any]) -> tuple[float | None, float | None, list[dict]]:
+        asked = [by_id[qid] for qid in stage["asked"]]
+        found = stage["found"]
         answers = answerer.answer(asked, ["\n\n".join(i["text"] for i in f) for f in found])
-        quality, accuracy, scored = _score(asked, found, answers)
-        theories = http.get("/theories").json()["counts"]
+        return _score(asked, found, answers)
+
+    rows: list[dict[str, Any]] = []
+    details: list[dict[str, Any]] = []
+    last: dict[str, list[str]] = {}
+    for stage in observed["batches"]:
+        quality, accuracy, scored = answered(stage)
+        last = {r["question_id"]: r["texts"] for r in scored}
+        rows.append(
+            {
+                "stage": f"batch {stage['batch']}",
+                "batch": stage["batch"],
+                "papers_seen": stage["papers_seen"],
+                "questions": len(stage["asked"]),
+                "rubric_composite": quality,
+                "label_accuracy": accuracy,
+                "claims_added": stage["claims_added"],
+                **{f"theories_{c}": stage["theories"][c] for c in ("low", "medium", "high")},
+                **stage["events"],
+                "jaccard_to_bulk": None,
+            }
+        )
+        details += [{"batch": stage["batch"], **r} for r in scored]
+    bulk = observed["bulk"]
+    quality, accuracy, scored = answered(bulk)
     overlap = [jaccard(last.get(r["question_id"], []), r["texts"]) for r in scored]
     if rows and overlap:
         rows[-1]["jaccard_to_bulk"] = round(statistics.fmean(overlap), 3)
@@ -163,22 +202,19 @@ def run_sequential(
         {
             "stage": "bulk",
             "batch": None,
-            "papers_seen": len(seen),
-            "questions": len(asked),
+            "papers_seen": bulk["papers_seen"],
+            "questions": len(bulk["asked"]),
             "rubric_composite": quality,
             "label_accuracy": accuracy,
             "claims_added": None,
-            **{f"theories_{c}": theories[c] for c in ("low", "medium", "high")},
+            **{f"theories_{c}": bulk["theories"][c] for c in ("low", "medium", "high")},
             **dict.fromkeys(EVENTS),
             "jaccard_to_bulk": 1.0,
         }
     )
     details += [{"batch": "bulk", **r} for r in scored]
     return {
-        "order": [p.id for p in order],
-        "batch_size": batch_size,
-        "k": k,
-        "seed": seed,
+        **{key: observed[key] for key in ("order", "batch_size", "k", "seed")},
         "rows": rows,
         "details": details,
     }
