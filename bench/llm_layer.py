@@ -135,7 +135,36 @@ def workflow_prompts(config: dict, model_dir: Path, n: int) -> tuple[list[ChatRe
     return picked[:n], share
 
 
-def candidate_settings(host: cpu.HostCPU) -> list[dict]:
+def ingest_prompts(config: dict, n: int) -> tuple[list[ChatRequest], str]:
+    """`n` of the default run's real memory-ingest prompts: Theoria's extraction passes over the
+    memory slice (the prompt, JSON schema and answer cap its ingest sends), decode-heavy where
+    synthesis is prefill-heavy."""
+    from srb.store import memory_slice
+    from srb.theoria.extract import ASPECT_INSTRUCTIONS, EXTRACT_PROMPT, _passes, claims_schema
+    from srb.theoria.options import TheoriaOptions
+
+    memory = config["memory"]
+    opts = TheoriaOptions.from_config(memory.get("theoria"))
+    corpus = load_canonical(REPO / config["corpus_sources"][CORPUS]["path"])
+    papers, _ = memory_slice(corpus, memory["papers"])
+    schema = claims_schema(opts.max_claims_per_pass, opts.max_claim_chars)
+    requests = [
+        ChatRequest(
+            [{"role": "user", "content": EXTRACT_PROMPT.format(
+                aspect=aspect, instruction=ASPECT_INSTRUCTIONS[aspect],
+                max_claims=opts.max_claims_per_pass, paper_id=paper.id, chunk=paper.text[s:e])}],
+            max_tokens=opts.extraction_max_tokens,
+            json_schema=schema,
+        )
+        for paper in papers
+        for _, s, e, aspect in _passes(paper, opts)
+    ]  # fmt: skip
+    return requests[:n], f"Theoria extraction passes over the {len(papers)}-paper memory slice"
+
+
+def candidate_settings(
+    host: cpu.HostCPU, dtypes: tuple[str, ...] = ("bfloat16", "float32")
+) -> list[dict]:
     """dtype x binding: bfloat16 and float32, vLLM's auto binding (one core reserved for its
     engine) and the worker bound to every usable core."""
     every = cpu.format_cpu_list(host.cpus)
@@ -143,26 +172,31 @@ def candidate_settings(host: cpu.HostCPU) -> list[dict]:
         ("auto", {"omp_bind": "auto"}),
         (f"all cores {every}", {"omp_bind": every, "reserved_cpus": 0}),
     ]
-    return [
-        {"dtype": d, "binding": name, **opts}
-        for d in ("bfloat16", "float32")
-        for name, opts in bindings
-    ]
+    return [{"dtype": d, "binding": name, **opts} for d in dtypes for name, opts in bindings]
 
 
 def settings_benchmark(
-    model: str, spec: dict, config: dict, n: int, concurrencies: list[int]
+    model: str,
+    spec: dict,
+    config: dict,
+    n: int,
+    concurrencies: list[int],
+    ingest: bool = False,
+    dtypes: tuple[str, ...] = ("bfloat16", "float32"),
 ) -> list[str]:
     models_dir = REPO / "cache/models"
     ensure_model(model, spec, models_dir)
-    requests, share = workflow_prompts(config, models_dir / model, n)
+    if ingest:
+        requests, share = ingest_prompts(config, n)
+    else:
+        requests, share = workflow_prompts(config, models_dir / model, n)
     host = cpu.read_host()
     chosen_dtype, why = cpu.resolve_dtype(vllm_options(model, spec).get("dtype"), host)
     chosen = cpu.choose_binding(host)
     lines = [
         f"CPU: {platform_cpu_model()}; usable cores {cpu.format_cpu_list(host.cpus)}; "
         f"bf16 flags: {', '.join(f for f in cpu.NATIVE_BF16_FLAGS if f in host.flags) or 'none'}",
-        f"prompts: {len(requests)} real prompts of the default run ({share})",
+        f"model {model}; prompts: {len(requests)} real prompts of the default run ({share})",
         f"the workflow picks here: dtype {chosen_dtype} ({why}); binding "
         f"{chosen.env.get('VLLM_CPU_OMP_THREADS_BIND', 'auto')} ({chosen.reason})",
         "",
@@ -171,7 +205,7 @@ def settings_benchmark(
     ]
     rows = []
     warm_up = ChatRequest([{"role": "user", "content": "Say OK."}], max_tokens=4)
-    for setting in candidate_settings(host):
+    for setting in candidate_settings(host, dtypes):
         opts = {**vllm_options(model, spec), **{k: v for k, v in setting.items() if k != "binding"}}
         for conc in concurrencies:
             # a fresh server per measurement: a second pass over the same prompts would be served
@@ -350,13 +384,20 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 16])
     parser.add_argument("--skip-batching", action="store_true")
     parser.add_argument("--workdir", default=None)
+    parser.add_argument(
+        "--ingest",
+        action="store_true",
+        help="settings on the memory systems' ingest model and Theoria's extraction prompts",
+    )
+    parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
     args = parser.parse_args()
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    model = config["llm"]["synthesizer"]
+    model = config["memory"]["llm"] if args.ingest else config["llm"]["synthesizer"]
     spec = config["llm"]["models"][model]
     if not args.skip_settings:
         print("\n".join(settings_benchmark(model, spec, config, args.settings_prompts,
-                                           args.concurrency)), flush=True)  # fmt: skip
+                                           args.concurrency, args.ingest,
+                                           tuple(args.dtypes))), flush=True)  # fmt: skip
     lines = [f"{'measure':<44} {'value':>14}  goal"]
     if not args.skip_batching:
         b = batching(model, spec, REPO / "cache/models", args.prompts, args.max_tokens)

@@ -1,0 +1,165 @@
+"""Cluster submission on a real SLURM scheduler: a private single-node cluster (munge, MariaDB,
+slurmdbd, slurmctld, slurmd from Debian's packages, every file under one temp directory, see
+tests/slurm/start.sh) runs a reduced grid through `snakemake --profile profiles/slurm` and
+snakemake-executor-plugin-slurm. `sacct` must show every job of the DAG as a SLURM job with the
+CPUs, memory and time limit the rule declared (as the profile resolves them), and the outputs
+must equal a local run's byte for byte. The test stops the daemons it started, and only those.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from test_workflow import REPO, SNAKEMAKE, snakemake, write_config, write_tiny_corpus
+
+pytestmark = pytest.mark.integration
+
+SLURM_DIR = Path(__file__).resolve().parent / "slurm"
+PACKAGES = ["slurmctld", "slurmd", "slurm-client", "slurmdbd", "munge", "mariadb-server"]
+BINARIES = ["munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sbatch", "sacct", "srun"]
+#: the site settings a user edits in profiles/slurm, given for this cluster on the command line
+SITE = ["slurm_partition=debug", "slurm_account=root"]
+
+
+def ensure_slurm_installed() -> None:
+    """Debian's SLURM packages, installed when missing (root and the apt registry needed)."""
+    if all(shutil.which(b) for b in BINARIES):
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.fail(f"the SLURM test needs {', '.join(PACKAGES)} (apt-get install, as root)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES],
+    ):
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, f"{' '.join(cmd)}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+    missing = [b for b in BINARIES if not shutil.which(b)]
+    assert not missing, f"installed {PACKAGES} but {missing} are still not on PATH"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    ensure_slurm_installed()
+    base = tmp_path_factory.mktemp("slurm") / "cluster"
+    env = {**os.environ, "USER": os.environ.get("USER") or "root"}
+    started = subprocess.run(
+        [str(SLURM_DIR / "start.sh"), str(base)], env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    try:
+        assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:]
+        yield {**env, "SLURM_CONF": str(base / "etc/slurm.conf")}
+    finally:
+        subprocess.run([str(SLURM_DIR / "stop.sh"), str(base), "--purge"], env=env,
+                       capture_output=True, timeout=120)  # fmt: skip
+        left = [
+            line
+            for line in subprocess.run(
+                ["ps", "-eo", "pid,args"], capture_output=True, text=True
+            ).stdout.splitlines()  # fmt: skip
+            if str(base) in line
+        ]
+        assert not left, f"daemons of the test cluster left running: {left}"
+
+
+def _declared_jobs(dry_run: str) -> list[tuple[str, int, int, int]]:
+    """(rule, threads, mem_mb, runtime) of every job a dry run lists."""
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", dry_run):
+        head = re.match(r"(?:local)?rule (\w+):", block)
+        if not head or head.group(1) == "all":
+            continue
+        threads = re.search(r"^\s+threads: (\d+)", block, re.M)
+        mem = re.search(r"\bmem_mb=(\d+)", block)
+        runtime = re.search(r"\bruntime=(\d+)", block)
+        assert mem and runtime, f"no mem_mb/runtime resolved for rule {head.group(1)}:\n{block}"
+        jobs.append(
+            (head.group(1), int(threads.group(1)) if threads else 1, int(mem.group(1)),
+             int(runtime.group(1)))
+        )  # fmt: skip
+    return jobs
+
+
+def _minutes(limit: str) -> int:
+    """sacct Timelimit ([D-]HH:MM:SS) in minutes."""
+    days, _, clock = limit.rpartition("-")
+    h, m, s = (int(x) for x in clock.split(":"))
+    return int(days or 0) * 1440 + h * 60 + m + (1 if s else 0)
+
+
+def _sacct(env: dict, since: str, expected: int, timeout: float = 120) -> list[list[str]]:
+    """Finished jobs since `since`, polled until each record is whole (a just-finished short
+    job's record can briefly lack its name and limits)."""
+    fmt = "JobIDRaw,JobName,Comment,ReqCPUS,ReqMem,Timelimit,State,ExitCode"
+    deadline = time.monotonic() + timeout
+    while True:
+        out = subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-S", since, f"--format={fmt}"],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        rows = [line.split("|") for line in out.stdout.splitlines() if line.strip()]
+        whole = [r for r in rows if r[2].startswith("rule_") and r[5]]
+        if len(whole) >= expected or time.monotonic() > deadline:
+            return rows
+        time.sleep(2)
+
+
+def _outputs(root: Path) -> dict[str, bytes]:
+    """Every table, ranking, cell and report under results/, not logs, timings or binary indexes."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted((root / "results").rglob("*"))
+        if p.is_file()
+        and p.suffix in {".jsonl", ".json", ".csv", ".md", ".tsv"}
+        and not {"logs", "benchmarks"} & set(p.relative_to(root).parts)
+    }
+
+
+def test_reduced_grid_runs_as_slurm_jobs_with_declared_resources(cluster, tmp_path: Path) -> None:
+    corpus = write_tiny_corpus(tmp_path / "data")
+    config = write_config(tmp_path, corpus, systems=["simple_rag"], budgets=["native", "2K"])
+    local = snakemake(tmp_path / "local", config)
+    assert local.returncode == 0, local.stderr[-4000:]
+
+    env = {
+        **cluster,
+        "OMP_NUM_THREADS": "1",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    submit = [
+        *SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"),
+        "--directory", str(tmp_path / "slurm"), "--configfile", str(config),
+        "--profile", str(REPO / "profiles/slurm"), "--jobs", "2",
+        "--default-resources", "mem_mb=2000", "runtime=30", *SITE,
+        "--latency-wait", "5", "--seconds-between-status-checks", "1",
+    ]  # fmt: skip
+    dry = subprocess.run([*submit, "-n"], env=env, capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0, dry.stderr[-4000:]
+    declared = _declared_jobs(dry.stdout + dry.stderr)
+    assert len(declared) >= 5, dry.stdout[-3000:]
+
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 5))
+    run = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=2400)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+
+    rows = _sacct(env, since, len(declared))
+    jobs = [r for r in rows if r[2].startswith("rule_")]
+    assert Counter(r[2].removeprefix("rule_") for r in jobs) == Counter(d[0] for d in declared)
+    assert all(r[6] == "COMPLETED" and r[7] == "0:0" for r in jobs), rows
+    resources = Counter((r[2].removeprefix("rule_"), int(r[3]), r[4], _minutes(r[5])) for r in jobs)
+    assert resources == Counter((rule, t, f"{mem}M", rt) for rule, t, mem, rt in declared)
+
+    ours, theirs = _outputs(tmp_path / "local"), _outputs(tmp_path / "slurm")
+    assert ours and ours.keys() == theirs.keys()
+    differing = [k for k in ours if ours[k] != theirs[k]]
+    assert not differing, differing
