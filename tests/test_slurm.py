@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -47,9 +48,12 @@ def ensure_slurm_installed() -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster():
     ensure_slurm_installed()
-    base = tmp_path_factory.mktemp("slurm") / "cluster"
+    # munged wants every directory above its socket world-searchable: pytest's are 0700
+    holder = Path(tempfile.mkdtemp(prefix="srb-slurm-"))
+    holder.chmod(0o755)
+    base = holder / "cluster"
     env = {**os.environ, "USER": os.environ.get("USER") or "root"}
     started = subprocess.run(
         [str(SLURM_DIR / "start.sh"), str(base)], env=env, capture_output=True, text=True,
@@ -61,6 +65,7 @@ def cluster(tmp_path_factory):
     finally:
         subprocess.run([str(SLURM_DIR / "stop.sh"), str(base), "--purge"], env=env,
                        capture_output=True, timeout=120)  # fmt: skip
+        shutil.rmtree(holder, ignore_errors=True)
         left = [
             line
             for line in subprocess.run(
@@ -89,6 +94,11 @@ def _declared_jobs(dry_run: str) -> list[tuple[str, int, int, int]]:
     return jobs
 
 
+def _rule(comment: str) -> str:
+    """The rule of a job from the plugin's comment: rule_<rule>[_wildcards_<values>]."""
+    return comment.removeprefix("rule_").split("_wildcards_")[0]
+
+
 def _minutes(limit: str) -> int:
     """sacct Timelimit ([D-]HH:MM:SS) in minutes."""
     days, _, clock = limit.rpartition("-")
@@ -108,7 +118,7 @@ def _sacct(env: dict, since: str, expected: int, timeout: float = 120) -> list[l
         )  # fmt: skip
         assert out.returncode == 0, out.stderr
         rows = [line.split("|") for line in out.stdout.splitlines() if line.strip()]
-        whole = [r for r in rows if r[2].startswith("rule_") and r[5]]
+        whole = [r for r in rows if r[2].startswith("rule_") and r[5] and r[6] != "RUNNING"]
         if len(whole) >= expected or time.monotonic() > deadline:
             return rows
         time.sleep(2)
@@ -154,9 +164,9 @@ def test_reduced_grid_runs_as_slurm_jobs_with_declared_resources(cluster, tmp_pa
 
     rows = _sacct(env, since, len(declared))
     jobs = [r for r in rows if r[2].startswith("rule_")]
-    assert Counter(r[2].removeprefix("rule_") for r in jobs) == Counter(d[0] for d in declared)
+    assert Counter(_rule(r[2]) for r in jobs) == Counter(d[0] for d in declared)
     assert all(r[6] == "COMPLETED" and r[7] == "0:0" for r in jobs), rows
-    resources = Counter((r[2].removeprefix("rule_"), int(r[3]), r[4], _minutes(r[5])) for r in jobs)
+    resources = Counter((_rule(r[2]), int(r[3]), r[4], _minutes(r[5])) for r in jobs)
     assert resources == Counter((rule, t, f"{mem}M", rt) for rule, t, mem, rt in declared)
 
     ours, theirs = _outputs(tmp_path / "local"), _outputs(tmp_path / "slurm")
