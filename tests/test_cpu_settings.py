@@ -12,7 +12,14 @@ import pytest
 
 from srb.llm import cpu
 from srb.llm import server as srv
-from srb.llm.cpu import HostCPU, choose_binding, format_cpu_list, parse_cpu_flags, resolve_dtype
+from srb.llm.cpu import (
+    JOB_THREAD_VARS,
+    HostCPU,
+    choose_binding,
+    format_cpu_list,
+    parse_cpu_flags,
+    resolve_dtype,
+)
 
 # trimmed /proc/cpuinfo texts (first processor; real flag spellings)
 SAPPHIRE_RAPIDS = """processor\t: 0
@@ -104,6 +111,7 @@ def test_a_two_core_job_gives_vllm_both_cores_with_none_reserved() -> None:
     assert b.env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
     assert b.env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
     assert b.env["OMP_NUM_THREADS"] == "2"
+    assert all(b.env[v] == "2" for v in JOB_THREAD_VARS)  # not a threads: 1 job's 1
     assert "vLLM gets 0-1 (0 reserved)" in b.reason
 
 
@@ -147,7 +155,8 @@ def test_config_binding_wins() -> None:
 RECORDING_VLLM = """
 import json, os, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
-keys = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU", "OMP_NUM_THREADS")
+keys = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU", "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 with open(sys.argv[1], "w") as fh:
     json.dump({"argv": sys.argv[2:], "env": {k: os.environ.get(k) for k in keys}}, fh)
 port, name = sys.argv[sys.argv.index("--port") + 1], sys.argv[sys.argv.index("--served-model-name") + 1]
@@ -180,6 +189,10 @@ def test_a_started_server_gets_the_host_settings(
         return [sys.executable, "-c", RECORDING_VLLM, str(record), *cmd[3:]]
 
     monkeypatch.setattr(srv, "vllm_command", recording)
+    # the thread counts Snakemake exports to a job that declares threads: 3 (torch would take
+    # MKL_NUM_THREADS over OMP_NUM_THREADS)
+    for var in ("OMP_NUM_THREADS", *cpu.JOB_THREAD_VARS):
+        monkeypatch.setenv(var, "3")
     # one usable core of the machine's two, as a cpuset would give a job
     monkeypatch.setattr(cpu, "read_host", lambda *a: HostCPU((1,), parse_cpu_flags(flags)))
     monkeypatch.setattr(cpu, "vllm_runs_on_cpu", lambda: True)
@@ -193,3 +206,4 @@ def test_a_started_server_gets_the_host_settings(
     assert seen["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "1"  # the job's own core
     assert seen["env"]["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
     assert seen["env"]["OMP_NUM_THREADS"] == "1"  # the job's one core, not os.cpu_count()
+    assert seen["env"]["MKL_NUM_THREADS"] == seen["env"]["OPENBLAS_NUM_THREADS"] == "1"

@@ -24,6 +24,18 @@ SMALL_HOST_CPUS = 4
 #: CPU flags (x86 `flags`, aarch64 `Features`) under which vLLM's bfloat16 kernels are native.
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
 
+#: Thread counts Snakemake exports to a job besides OMP_NUM_THREADS (its `threads`). A server
+#: started by a `threads: 1` job inherits them, and torch takes MKL_NUM_THREADS over
+#: OMP_NUM_THREADS for its intra-op threads: the vLLM worker then computed on one thread of two
+#: ("leaving Torch threads at 1 for serving" in its log). The server gets the binding's count.
+JOB_THREAD_VARS = (
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+
 #: Device nodes of a GPU that vLLM's CUDA (NVIDIA) or ROCm (AMD) builds would run on.
 GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd")
 
@@ -159,4 +171,6 @@ def choose_binding(
         env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(int(reserved_cpus))
     workers = n - (int(reserved_cpus) if reserved_cpus and omp_bind is None else 0)
     env["OMP_NUM_THREADS"] = str(int(threads) if threads else max(1, workers))
+    for var in JOB_THREAD_VARS:  # a Snakemake job's own thread count must not reach vLLM
+        env[var] = env["OMP_NUM_THREADS"]
     return Binding(env, reason)
