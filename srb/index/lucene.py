@@ -401,6 +401,12 @@ def _lower_ties(adjusted: np.ndarray, tied: np.ndarray) -> np.ndarray:
 
 def _scored_docs_writer() -> Any:
     """A Jackson ObjectMapper writing Anserini's ScoredDoc as [docid, score] (no document)."""
+    return _array_mapper([("io.anserini.search.ScoredDoc", ("lucene_document", "lucene_docid"))])
+
+
+def _array_mapper(classes: list[tuple[str, tuple[str, ...]]]) -> Any:
+    """A Jackson ObjectMapper (Anserini's jar) writing each of `classes` as an array of its
+    properties in name order, without the named ones."""
     from jnius import autoclass
 
     mapper = autoclass("com.fasterxml.jackson.databind.ObjectMapper")()
@@ -410,9 +416,10 @@ def _scored_docs_writer() -> Any:
     as_array = autoclass("com.fasterxml.jackson.annotation.JsonFormat$Value").forShape(
         autoclass("com.fasterxml.jackson.annotation.JsonFormat$Shape").ARRAY
     )
-    override = mapper.configOverride(autoclass("io.anserini.search.ScoredDoc"))
-    override.setIgnorals(ignore.forIgnoredProperties("lucene_document", "lucene_docid"))
-    override.setFormat(as_array)
+    for name, dropped in classes:
+        override = mapper.configOverride(autoclass(name))
+        override.setIgnorals(ignore.forIgnoredProperties(*dropped))
+        override.setFormat(as_array)
     return mapper
 
 
@@ -422,23 +429,12 @@ def _hits_writer() -> Any:
     hit (a FieldDoc) [doc, fields, score]: the Lucene doc number, the sort values [score, id as
     a BytesRef [bytes in base64, length, offset]], and the score Anserini reports (the one
     IndexSearcher fills in for doDocScores). Floats are written by Float.toString."""
-    from jnius import autoclass
-
-    mapper = autoclass("com.fasterxml.jackson.databind.ObjectMapper")()
-    feature = autoclass("com.fasterxml.jackson.databind.MapperFeature")
-    mapper.configure(feature.SORT_PROPERTIES_ALPHABETICALLY, True)
-    ignore = autoclass("com.fasterxml.jackson.annotation.JsonIgnoreProperties$Value")
-    as_array = autoclass("com.fasterxml.jackson.annotation.JsonFormat$Value").forShape(
-        autoclass("com.fasterxml.jackson.annotation.JsonFormat$Shape").ARRAY
+    return _array_mapper(
+        [
+            ("org.apache.lucene.search.TopDocs", ("totalHits", "fields")),
+            ("org.apache.lucene.search.TopFieldDocs", ("totalHits", "fields")),
+            ("org.apache.lucene.search.ScoreDoc", ("shardIndex",)),
+            ("org.apache.lucene.search.FieldDoc", ("shardIndex",)),
+            ("org.apache.lucene.util.BytesRef", ("valid",)),
+        ]
     )
-    for name, dropped in [
-        ("org.apache.lucene.search.TopDocs", ("totalHits", "fields")),
-        ("org.apache.lucene.search.TopFieldDocs", ("totalHits", "fields")),
-        ("org.apache.lucene.search.ScoreDoc", ("shardIndex",)),
-        ("org.apache.lucene.search.FieldDoc", ("shardIndex",)),
-        ("org.apache.lucene.util.BytesRef", ("valid",)),
-    ]:
-        override = mapper.configOverride(autoclass(name))
-        override.setIgnorals(ignore.forIgnoredProperties(*dropped))
-        override.setFormat(as_array)
-    return mapper
