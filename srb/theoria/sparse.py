@@ -37,6 +37,7 @@ class LuceneAnalyzer:
 
         self._analyzer = Analyzer(get_lucene_analyzer())
         self._small_float = autoclass("org.apache.lucene.util.SmallFloat")
+        self._length_table: np.ndarray | None = None
 
     def terms(self, text: str) -> list[str]:
         return list(self._analyzer.analyze(text))
@@ -46,10 +47,14 @@ class LuceneAnalyzer:
         return int(self._small_float.intToByte4(int(length))) & 0xFF
 
     def norm_lengths(self) -> np.ndarray:
-        """`BM25Similarity.LENGTH_TABLE`: the length each of the 256 norms stands for."""
-        return np.array(
-            [self._small_float.byte4ToInt(_signed_byte(i)) for i in range(256)], dtype=np.float32
-        )
+        """`BM25Similarity.LENGTH_TABLE`: the length each of the 256 norms stands for (256 JNI
+        calls, made once per analyzer rather than per write and per load)."""
+        if self._length_table is None:
+            self._length_table = np.array(
+                [self._small_float.byte4ToInt(_signed_byte(i)) for i in range(256)],
+                dtype=np.float32,
+            )
+        return self._length_table
 
 
 def _signed_byte(i: int) -> int:
@@ -156,7 +161,7 @@ def write_sparse_vectors(
         weights = term_scores(1.0, idf[ids], freqs, cache_[norm])
         rows.append((iid, length, norm, ids.tobytes(), freqs.tobytes(), weights.tobytes()))
     conn.executemany("INSERT INTO bm25_vectors VALUES (?, ?, ?, ?, ?, ?)", rows)
-    stats = {
+    return {
         "k1": k1,
         "b": b,
         "analyzer": ANALYZER,
@@ -164,7 +169,6 @@ def write_sparse_vectors(
         "terms": len(vocab),
         "avgdl": float(avgdl),
     }
-    return stats
 
 
 def load_sparse_index(
