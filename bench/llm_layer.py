@@ -163,16 +163,19 @@ def ingest_prompts(config: dict, n: int) -> tuple[list[ChatRequest], str]:
 
 
 def candidate_settings(
-    host: cpu.HostCPU, dtypes: tuple[str, ...] = ("bfloat16", "float32")
+    host: cpu.HostCPU,
+    dtypes: tuple[str, ...] = ("bfloat16", "float32"),
+    bindings: tuple[str, ...] = ("auto", "all"),
 ) -> list[dict]:
     """dtype x binding: bfloat16 and float32, vLLM's auto binding (one core reserved for its
-    engine) and the worker bound to every usable core."""
+    engine) and the worker bound to every usable core ("all")."""
     every = cpu.format_cpu_list(host.cpus)
-    bindings = [
-        ("auto", {"omp_bind": "auto"}),
-        (f"all cores {every}", {"omp_bind": every, "reserved_cpus": 0}),
-    ]
-    return [{"dtype": d, "binding": name, **opts} for d in dtypes for name, opts in bindings]
+    known = {
+        "auto": ("auto", {"omp_bind": "auto"}),
+        "all": (f"all cores {every}", {"omp_bind": every, "reserved_cpus": 0}),
+    }
+    chosen = [known[b] for b in bindings]
+    return [{"dtype": d, "binding": name, **opts} for d in dtypes for name, opts in chosen]
 
 
 def settings_benchmark(
@@ -183,6 +186,7 @@ def settings_benchmark(
     concurrencies: list[int],
     ingest: bool = False,
     dtypes: tuple[str, ...] = ("bfloat16", "float32"),
+    bindings: tuple[str, ...] = ("auto", "all"),
 ) -> list[str]:
     models_dir = REPO / "cache/models"
     ensure_model(model, spec, models_dir)
@@ -205,7 +209,7 @@ def settings_benchmark(
     ]
     rows = []
     warm_up = ChatRequest([{"role": "user", "content": "Say OK."}], max_tokens=4)
-    for setting in candidate_settings(host, dtypes):
+    for setting in candidate_settings(host, dtypes, bindings):
         opts = {**vllm_options(model, spec), **{k: v for k, v in setting.items() if k != "binding"}}
         for conc in concurrencies:
             # a fresh server per measurement: a second pass over the same prompts would be served
@@ -390,6 +394,7 @@ def main() -> int:
         help="settings on the memory systems' ingest model and Theoria's extraction prompts",
     )
     parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
+    parser.add_argument("--bindings", nargs="+", choices=["auto", "all"], default=["auto", "all"])
     args = parser.parse_args()
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     model = config["memory"]["llm"] if args.ingest else config["llm"]["synthesizer"]
@@ -397,7 +402,8 @@ def main() -> int:
     if not args.skip_settings:
         print("\n".join(settings_benchmark(model, spec, config, args.settings_prompts,
                                            args.concurrency, args.ingest,
-                                           tuple(args.dtypes))), flush=True)  # fmt: skip
+                                           tuple(args.dtypes), tuple(args.bindings))),
+              flush=True)  # fmt: skip
     lines = [f"{'measure':<44} {'value':>14}  goal"]
     if not args.skip_batching:
         b = batching(model, spec, REPO / "cache/models", args.prompts, args.max_tokens)

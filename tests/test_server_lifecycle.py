@@ -33,6 +33,10 @@ NEVER_READY = (
 )
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def kill_quietly(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
@@ -86,7 +90,12 @@ srv.acquire_server("tiny", {state!r}, {{"start_timeout_s": 300, "start_attempts"
 def test_a_start_interrupted_by_a_signal_leaves_no_server(tmp_path: Path, sig: int) -> None:
     pidfile = tmp_path / "server.pid"
     script = ACQUIRER.format(never=NEVER_READY, pidfile=str(pidfile), state=str(tmp_path))
-    acquirer = subprocess.Popen([sys.executable, "-c", script], cwd=REPO)
+    # SIGINT at its default in the child, as under a terminal: a shell that starts the test run
+    # in the background (`cmd &` without job control) hands its children SIGINT ignored, and
+    # Python then installs no KeyboardInterrupt handler, so the signal would never arrive
+    acquirer = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=REPO, preexec_fn=_default_sigint
+    )
     server_pid = None
     try:
         deadline = time.monotonic() + 60
