@@ -114,6 +114,17 @@ def _resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _paper_cost(args: argparse.Namespace) -> int:
+    from srb.paper_cost import report
+
+    text = report(args.configfile, args.measured)
+    print(text, end="")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text, encoding="utf-8")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m srb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -154,6 +165,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("key")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_unblind)
+    p = sub.add_parser(
+        "paper-cost",
+        help="jobs, resources, tokens and GPU-hours of a grid, from a finished small run's costs",
+    )
+    p.add_argument("--configfile", default="config/paper.yaml")
+    p.add_argument(
+        "--measured",
+        default="results/evidence-inference-ccby",
+        help="results/<corpus> of a finished run: its ingest logs and answers give the costs",
+    )
+    p.add_argument("--out", help="also write the Markdown report here")
+    p.set_defaults(func=_paper_cost)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from srb.data.schema import DataError

@@ -9,7 +9,6 @@ must equal a local run's byte for byte. The test stops the daemons it started, a
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import pytest
 from test_workflow import REPO, SNAKEMAKE, snakemake, write_config, write_tiny_corpus
+
+from srb.paper_cost import parse_dry_run
 
 pytestmark = pytest.mark.integration
 
@@ -78,20 +79,10 @@ def cluster():
 
 def _declared_jobs(dry_run: str) -> list[tuple[str, int, int, int]]:
     """(rule, threads, mem_mb, runtime) of every job a dry run lists."""
-    jobs = []
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", dry_run):
-        head = re.match(r"(?:local)?rule (\w+):", block)
-        if not head or head.group(1) == "all":
-            continue
-        threads = re.search(r"^\s+threads: (\d+)", block, re.M)
-        mem = re.search(r"\bmem_mb=(\d+)", block)
-        runtime = re.search(r"\bruntime=(\d+)", block)
-        assert mem and runtime, f"no mem_mb/runtime resolved for rule {head.group(1)}:\n{block}"
-        jobs.append(
-            (head.group(1), int(threads.group(1)) if threads else 1, int(mem.group(1)),
-             int(runtime.group(1)))
-        )  # fmt: skip
-    return jobs
+    jobs = parse_dry_run(dry_run)
+    missing = [j.rule for j in jobs if not (j.mem_mb and j.runtime_min)]
+    assert not missing, f"no mem_mb/runtime resolved for rule(s) {missing}"
+    return [(j.rule, j.threads, j.mem_mb, j.runtime_min) for j in jobs]
 
 
 def _rule(comment: str) -> str:
