@@ -61,6 +61,51 @@ def check_llm_config(config: dict[str, Any], source: str = "config") -> None:
     for role, path in llm.get("prompts", {}).items():
         if not Path(path).is_file():
             raise ConfigError(f"{source}: llm.prompts.{role}: template {path} does not exist")
+        check_template(role, path, source)
+
+
+# The placeholders each prompt is filled with (srb.synthesize, srb.judge); a template missing a
+# required one would silently drop the context or the question from every prompt.
+TEMPLATE_FIELDS = {
+    "synthesize": ({"question", "context"}, {"question", "context"}),
+    "synthesize_base": ({"question"}, {"question", "context"}),
+    "judge": (
+        {"question", "answer"},
+        {"question", "answer", "context", "gold_answer", "must_have"},
+    ),
+}
+SYSTEM_TEMPLATE_FIELDS = ({"question", "context"}, {"question", "context"})
+
+
+def check_template(role: str, path: str | Path, source: str = "config") -> None:
+    """The template parses as a format string and has exactly the placeholders its role fills."""
+    import string
+
+    required, allowed = TEMPLATE_FIELDS.get(role, SYSTEM_TEMPLATE_FIELDS)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        fields = {f for _, f, _, _ in string.Formatter().parse(text) if f is not None}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{source}: llm.prompts.{role}: template {path} is not UTF-8: {exc}"
+        ) from None
+    except ValueError as exc:  # a lone brace
+        raise ConfigError(
+            f"{source}: llm.prompts.{role}: template {path} does not parse ({exc}); "
+            "write a literal brace as {{ or }}"
+        ) from None
+    missing, unknown = required - fields, fields - allowed
+    if missing:
+        raise ConfigError(
+            f"{source}: llm.prompts.{role}: template {path} lacks placeholder(s) "
+            f"{', '.join('{' + f + '}' for f in sorted(missing))}"
+        )
+    if unknown:
+        raise ConfigError(
+            f"{source}: llm.prompts.{role}: template {path} has unknown placeholder(s) "
+            f"{', '.join('{' + f + '}' for f in sorted(unknown))}; it is filled with "
+            f"{', '.join('{' + f + '}' for f in sorted(allowed))}"
+        )
 
 
 def check_memory_config(config: dict[str, Any], source: str = "config") -> None:

@@ -14,9 +14,14 @@ from srb.config import ConfigError, check_llm_config
 @pytest.fixture
 def config(tmp_path: Path) -> dict[str, Any]:
     prompts = {}
-    for role in ("synthesize", "synthesize_base", "judge"):
+    texts = {
+        "synthesize": "{context}\n{question}\n",
+        "synthesize_base": "{question}\n",
+        "judge": "{question}\n{answer}\n",
+    }
+    for role, text in texts.items():
         path = tmp_path / f"{role}.md"
-        path.write_text("{question}\n")
+        path.write_text(text)
         prompts[role] = str(path)
     return {
         "systems": ["simple_rag", "section_rag"],
@@ -81,6 +86,40 @@ def test_missing_prompt_template(config: dict[str, Any], tmp_path: Path) -> None
     config["llm"]["prompts"]["judge"] = str(missing)
     with pytest.raises(ConfigError, match=r"llm\.prompts\.judge: template .*nowhere/judge\.md"):
         check_llm_config(config)
+
+
+@pytest.mark.parametrize(
+    ("role", "text", "expected"),
+    [
+        (
+            "synthesize",
+            "Answer: {question}\n",
+            r"synthesize\.md lacks placeholder\(s\) \{context\}",
+        ),
+        ("judge", "{question} {answer} {score}", r"unknown placeholder\(s\) \{score\}"),
+        ("synthesize", "{question} {context} {a:", r"does not parse .*literal brace"),
+        (
+            "synthesize_base",
+            "{question} {gold_answer}",
+            r"unknown placeholder\(s\) \{gold_answer\}",
+        ),
+    ],
+    ids=["missing-context", "unknown-field", "lone-brace", "base-with-gold"],
+)
+def test_prompt_template_placeholders_are_checked(
+    config: dict[str, Any], tmp_path: Path, role: str, text: str, expected: str
+) -> None:
+    Path(config["llm"]["prompts"][role]).write_text(text)
+    with pytest.raises(ConfigError, match=rf"llm\.prompts\.{role}: template .*{expected}"):
+        check_llm_config(config)
+
+
+def test_shipped_prompt_templates_pass() -> None:
+    from srb.config import check_template
+
+    repo = Path(__file__).resolve().parents[1]
+    for role in ("synthesize", "synthesize_base", "judge", "prism"):
+        check_template(role, repo / "config/prompts" / f"{role}.md")
 
 
 def test_prompt_template_must_be_a_file(config: dict[str, Any], tmp_path: Path) -> None:

@@ -96,6 +96,36 @@ def test_invalid_json_in_questions(tmp_path: Path) -> None:
     assert_located(err, qf, "line 2", None)
 
 
+def test_a_line_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    d, pf, _ = write(tmp_path, [paper()], [question()])
+    with open(pf, "ab") as fh:  # a Latin-1 line: "Caf\xe9"
+        fh.write(json.dumps({"id": "p2", "text": "Caf"}).encode()[:-2] + b'\xe9"}\n')
+    with pytest.raises(DataError) as ei:
+        load_canonical(d)
+    assert_located(ei.value, pf, "line 2", None)
+    # the 25 characters {"id": "p2", "text": "Caf come first
+    assert "not UTF-8 (byte 0xe9 at column 26)" in str(ei.value)
+
+
+def test_a_byte_order_mark_is_named(tmp_path: Path) -> None:
+    papers = "\ufeff" + json.dumps(paper()) + "\n"
+    err, pf, _ = load_error(tmp_path, papers, [question()])
+    assert_located(err, pf, "line 1", None)
+    assert "BOM" in str(err)
+
+
+@pytest.mark.parametrize("where", ["paper", "question"])
+def test_a_nul_character_is_refused(tmp_path: Path, where: str) -> None:
+    if where == "paper":
+        err, pf, _ = load_error(tmp_path, [paper(text=TEXT1 + "\x00tail")], [question()])
+        assert_located(err, pf, "p1", "text")
+        assert f"NUL character at offset {len(TEXT1)}" in str(err)
+    else:
+        err, _, qf = load_error(tmp_path, [paper()], [question(question="Why\x00?")])
+        assert_located(err, qf, "q1", "question")
+        assert "NUL character at offset 3" in str(err)
+
+
 def test_missing_paper_id(tmp_path: Path) -> None:
     rec = paper()
     del rec["id"]

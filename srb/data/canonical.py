@@ -31,8 +31,16 @@ MANIFEST = "manifest.json"
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     """Yield (line number, parsed object); a broken line is a DataError naming the line."""
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with open(path, "rb") as fh:  # decoded line by line, so an encoding error names its line
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(
+                    path, f"line {lineno}", None,
+                    f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                    "re-encode the file as UTF-8",
+                ) from None  # fmt: skip
             if not line.strip():
                 continue
             try:

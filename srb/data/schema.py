@@ -108,6 +108,13 @@ def _str_list(rec: dict[str, Any], name: str, file: Path | str, rid: Any) -> tup
     return tuple(value)
 
 
+def _no_nul(text: str, file: Path | str, rid: Any, name: str) -> None:
+    """A NUL character is no text: it marks a binary or mis-converted file."""
+    at = text.find("\x00")
+    if at >= 0:
+        raise DataError(file, rid, name, f"NUL character at offset {at} (binary or mis-converted)")
+
+
 def paper_from_dict(rec: Any, file: Path | str, lineno: int) -> Paper:
     if not isinstance(rec, dict):
         raise DataError(file, lineno, None, "expected a JSON object")
@@ -118,6 +125,7 @@ def paper_from_dict(rec: Any, file: Path | str, lineno: int) -> Paper:
     text = _require(rec, "text", str, file, pid)
     if not text.strip():
         raise DataError(file, pid, "text", "paper has no text (empty paper)")
+    _no_nul(text, file, pid, "text")
     return Paper(
         id=pid,
         title=str(rec.get("title") or ""),
@@ -135,6 +143,7 @@ def question_from_dict(rec: Any, file: Path | str, lineno: int) -> Question:
     text = _require(rec, "question", str, file, qid)
     if not text.strip():
         raise DataError(file, qid, "question", "empty question")
+    _no_nul(text, file, qid, "question")
     tier = rec.get("tier", "L1")
     if tier not in TIERS:
         raise DataError(file, qid, "tier", f"must be one of {', '.join(TIERS)}, got {tier!r}")
