@@ -18,7 +18,8 @@ rule paired_bootstrap:
         mem_mb=2000,
         runtime=10,
     params:
-        grid=lambda wc: llm_cells(),
+        grid=lambda wc: judged_cells(wc.judge),
+        full_grid=lambda wc: llm_cells(),
         contrasts=ANALYSIS["contrasts"] if ANALYSIS else [],
         bootstrap=ANALYSIS["bootstrap"] if ANALYSIS else {},
     script:
@@ -46,9 +47,9 @@ rule router_headroom:
         mem_mb=2000,
         runtime=10,
     params:
-        grid=lambda wc: llm_cells(),
+        grid=lambda wc: judged_cells(wc.judge),
         systems=ROUTER_SYSTEMS if LLM else [],
-        budgets=BUDGETS,
+        budgets=lambda wc: judged_budgets(wc.judge),
     script:
         "../workflow/scripts/router_headroom.py"
 
@@ -73,7 +74,7 @@ rule tier_bars:
         mem_mb=2000,
         runtime=10,
     params:
-        grid=lambda wc: llm_cells(),
+        grid=lambda wc: judged_cells(wc.judge),
     script:
         "../workflow/scripts/tier_bars.py"
 
@@ -105,7 +106,7 @@ rule judge_calibration:
         mem_mb=2000,
         runtime=10,
     params:
-        grid=lambda wc: llm_cells(),
+        grids=lambda wc: [judged_cells(j) for j in JUDGES],
         judges=JUDGES,
         within=ANALYSIS["calibration"]["within"] if ANALYSIS else 1.0,
     script:
@@ -140,7 +141,7 @@ rule human_agreement:
         mem_mb=2000,
         runtime=10,
     params:
-        grid=lambda wc: llm_cells(),
+        grid=lambda wc: judged_cells(wc.judge),
         edges=ANALYSIS["gap_buckets"] if ANALYSIS else [],
         taus=ANALYSIS["tie_tolerances"] if ANALYSIS else [],
     script:
@@ -168,7 +169,7 @@ rule qualitative:
         mem_mb=2000,
         runtime=10,
     params:
-        grid=lambda wc: llm_cells(),
+        grid=lambda wc: judged_cells(wc.judge),
         questions=ANALYSIS["qualitative"]["questions"] if ANALYSIS else 0,
         system=QUALITATIVE_SYSTEM if LLM else None,
         excerpt_chars=ANALYSIS["qualitative"]["excerpt_chars"] if ANALYSIS else 0,

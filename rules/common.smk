@@ -5,8 +5,6 @@ import sys
 import uuid
 from pathlib import Path
 
-from snakemake.utils import validate
-
 sys.path.insert(0, workflow.basedir)
 
 # This invocation's id and main pid: jobs inherit them and lease the vLLM servers they use, so
@@ -17,10 +15,14 @@ RUN_ID = os.environ.setdefault(
 )
 
 from srb.analysis import check_analysis_config  # noqa: E402
-from srb.config import check_config, check_llm_config  # noqa: E402
+from srb.config import check_config, check_llm_config, validate_schema  # noqa: E402
 
-validate(config, workflow.source_path("../config/schema.yaml"))
-check_config(config)
+# config errors name the file(s) the values came from and the key
+CONFIG_SOURCE = (
+    " + ".join(str(f) for f in workflow.overwrite_configfiles) or "config/config.yaml"
+)
+validate_schema(config, workflow.source_path("../config/schema.yaml"), CONFIG_SOURCE)
+check_config(config, CONFIG_SOURCE)
 
 CORPORA = config["corpora"]
 SYSTEMS = config["systems"]
@@ -54,7 +56,7 @@ LLM = config.get("llm")
 if LLM:
     from srb.llm.models import check_sources_present
 
-    check_llm_config(config)
+    check_llm_config(config, CONFIG_SOURCE)
     SYNTH = LLM["synthesizer"]
     JUDGES = LLM["judges"]
     LLM_MODELS = list(
@@ -146,9 +148,14 @@ def ingest_after(wildcards):
 
 
 def ingest_priority(wildcards):
-    """Store ingests that other model-bound jobs wait on start first: they are the run's
-    critical path (Prism reuses Theoria's requests; the sequential evaluation follows Theoria).
+    """The run's critical path starts first. A system that ingests its papers one after
+    another (Graphiti) is one long chain of dependent calls, each waiting its turn in the
+    server's batch, so it starts before all others; then the ingests that other model-bound
+    jobs wait on (Prism reuses Theoria's requests; the sequential evaluation follows Theoria).
+    Measured on 2 cores: started after Mem0, Graphiti's 9 calls ended the ingest phase 17 min
+    in; Theoria alone finished in 7.5.
     """
+    system = store_registry()[wildcards.system]
     waiting = [
         s
         for s in STORE_SYSTEMS
@@ -156,7 +163,7 @@ def ingest_priority(wildcards):
     ]
     if wildcards.system == "theoria" and MEMORY.get("sequential", {}).get("enabled"):
         waiting.append("sequential")
-    return 10 + len(waiting)
+    return 10 + len(waiting) + (0 if system.concurrent_papers else 5)
 
 
 def memory_params(*extra):
@@ -308,33 +315,48 @@ if LLM:
     QUALITATIVE_SYSTEM = _resolved["qualitative_system"]
 
 
+def judged_cells(judge):
+    """The cells `judge` scores: the rubric judge every cell; an LLM judge every cell, or with
+    `llm.judge_scope: native` the native cells and base/direct_read only (its analyses then
+    cover those cells and say so)."""
+    if judge == "rubric" or LLM.get("judge_scope", "all") == "all":
+        return llm_cells()
+    return [
+        c for c in llm_cells() if c[2] == "native" or c[0] in ("base", "direct_read")
+    ]
+
+
+def judged_budgets(judge):
+    return [b for b in BUDGETS if any(c[2] == b for c in judged_cells(judge))]
+
+
 def judgment_files(wildcards):
     return [
         f"results/{wildcards.corpus}/judgments/{wildcards.synth}/{wildcards.judge}/{s}/{m}/{b}.jsonl"
-        for s, m, b in llm_cells()
+        for s, m, b in judged_cells(wildcards.judge)
     ]
 
 
 def cell_context_files(wildcards):
     return [
         f"results/{wildcards.corpus}/retrieval/{s}/{m}/{b}.jsonl"
-        for s, m, b in llm_cells()
+        for s, m, b in judged_cells(wildcards.judge)
     ]
 
 
 def all_judgment_files(wildcards):
-    """Every judge's judgments of every cell, judge-major (calibration compares judges)."""
+    """Every judge's judgments of its cells, judge-major (calibration compares judges)."""
     return [
         f"results/{wildcards.corpus}/judgments/{wildcards.synth}/{judge}/{s}/{m}/{b}.jsonl"
         for judge in JUDGES
-        for s, m, b in llm_cells()
+        for s, m, b in judged_cells(judge)
     ]
 
 
 def answer_files(wildcards):
     return [
         f"results/{wildcards.corpus}/answers/{wildcards.synth}/{s}/{m}/{b}.jsonl"
-        for s, m, b in llm_cells()
+        for s, m, b in judged_cells(wildcards.judge)
     ]
 
 

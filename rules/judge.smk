@@ -57,7 +57,8 @@ rule leaderboard:
         mem_mb=2000,
         runtime=10,
     params:
-        grid=lambda wc: llm_cells(),
+        grid=lambda wc: judged_cells(wc.judge),
+        partial=lambda wc: len(judged_cells(wc.judge)) < len(llm_cells()),
         systems=LLM["systems"] if LLM else [],
         internal=INTERNAL_SYNTHESIS,
     script:

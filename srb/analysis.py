@@ -47,15 +47,23 @@ def bootstrap_rows(
     seed: int,
     confidence: float,
     min_n: int = 10,
+    judged: set[Cell] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per contrast; the `*` mark needs the CI to exclude 0 *and* n >= min_n, since a
-    percentile interval over a handful of questions is far too narrow to mean anything."""
+    percentile interval over a handful of questions is far too narrow to mean anything.
+    `judged`: the cells this judge scored (llm.judge_scope); a contrast on another cell is
+    marked not applicable, not computed on nothing."""
     rows = []
     for label, a, b in contrasts:
         _, xa, xb, excluded = table.paired(a, b)
         row: dict[str, Any] = {"contrast": label, "a": cell_label(a), "b": cell_label(b),
                                "n": len(xa), "n_excluded": excluded}  # fmt: skip
-        if not xa:
+        unjudged = [cell_label(c) for c in (a, b) if judged is not None and c not in judged]
+        if unjudged:
+            row.update({"ci": f"not applicable: judge {table.judge} does not score "
+                        f"{' or '.join(unjudged)} (llm.judge_scope)", "mark": "", "n": 0,
+                        "n_excluded": 0})  # fmt: skip
+        elif not xa:
             row.update({"ci": "not applicable: no question scored validly in both cells",
                         "mark": ""})  # fmt: skip
         else:
@@ -91,6 +99,8 @@ def calibration_pairs(
     xs, ys, groups, cell_tiers = [], [], [], []
     excluded = {"x_invalid": 0, "y_invalid": 0}
     for cell in x.scores:
+        if cell not in y.scores:  # a cell only one judge scores (llm.judge_scope) is no pair
+            continue
         for q, sx in x.scores[cell].items():
             sy = y.scores.get(cell, {}).get(q)
             if sx is None:

@@ -10,6 +10,26 @@ from srb.retrieve import parse_budget
 from srb.systems import registry, store_registry
 
 
+def validate_schema(config: dict[str, Any], schema: str | Path, source: str = "config") -> None:
+    """Snakemake's JSON-schema validation (defaults filled in), with a failure named by file
+    and key path (`budgets[1]`) instead of a bare "Error validating config file"."""
+    import jsonschema
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    try:
+        validate(config, str(schema))
+    except WorkflowError as exc:
+        found = [
+            a for a in (*exc.args, exc.__context__) if isinstance(a, jsonschema.ValidationError)
+        ]
+        if not found:
+            raise
+        err = found[0]
+        key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path)
+        raise ConfigError(f"{source}: {key.lstrip('.') or '(top level)'}: {err.message}") from None
+
+
 def check_config(config: dict[str, Any], source: str = "config") -> None:
     known = registry()
     for name in config.get("systems", []):
@@ -138,3 +158,10 @@ def check_memory_config(config: dict[str, Any], source: str = "config") -> None:
         raise ConfigError(
             f"{source}: memory.llm: model {memory.get('llm')!r} is not defined under llm.models"
         )
+    if {"theoria", "prism"} & set(systems):  # checked here, not first in the ingest job
+        from srb.theoria.options import TheoriaOptions
+
+        try:
+            TheoriaOptions.from_config(memory.get("theoria"))
+        except (ConfigError, TypeError) as exc:
+            raise ConfigError(f"{source}: {exc}") from None

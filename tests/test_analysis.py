@@ -321,6 +321,32 @@ def test_calibration_two_judges_against_scipy(tmp_path: Path) -> None:
     assert row["tier_mean_diff"] == "L1 +0.00; L2 +0.50; L3 -0.25"
 
 
+def test_calibration_pairs_only_cells_both_judges_score(tmp_path: Path) -> None:
+    """A judge scoped to fewer cells (llm.judge_scope) leaves the others out of the pairs:
+    they are not counted as its invalid scores."""
+    x = table_from("rubric", X_SCORES, tmp_path)
+    y_native = table_from("qwen", {BASE: Y_SCORES[BASE]}, tmp_path / "y")  # BASE only
+    (row,) = calibration_rows([x, y_native], TIERS, within=1.0)
+    # base: x (None, 2, 1, 3), y (None, 2.5, 0, unscored): pairs q2, q3
+    assert row["n_pairs"] == 2
+    assert row["n_excluded_x_invalid"] == 1  # base q1
+    assert row["n_excluded_y_invalid"] == 2  # base q1, q4
+    assert row["mean_diff"] == pytest.approx((0.5 - 1.0) / 2, abs=5e-4)
+
+
+def test_a_contrast_on_a_cell_the_judge_does_not_score_is_not_applicable(tmp_path: Path) -> None:
+    table = table_from("qwen", {BASE: {"q1": 5.0, "q2": 4.0}}, tmp_path)
+    rows = bootstrap_rows(
+        table, [("scoped", SRH_2K, BASE), ("both", BASE, BASE)], 200, 0, 0.95, judged={BASE}
+    )
+    assert rows[0]["ci"] == (
+        "not applicable: judge qwen does not score simple_rag/hybrid/2K (llm.judge_scope)"
+    )
+    assert (rows[0]["n"], rows[0]["mark"]) == (0, "")
+    assert "delta" not in rows[0]
+    assert rows[1]["n"] == 2 and rows[1]["delta"] == 0.0
+
+
 def test_calibration_three_judges_gives_three_pairs() -> None:
     broken = {cell: dict.fromkeys(qs, None) for cell, qs in X_SCORES.items()}
     tables = [

@@ -227,7 +227,8 @@ def test_wrong_weights_hash_fails_naming_the_model(tmp_path):
     proc = snakemake(tmp_path, config, str(tmp_path / "models/smollm2-135m.card.json"))
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
-    assert "model 'smollm2-135m': GGUF sha256" in out and "does not match the pinned" in out
+    assert "model 'smollm2-135m', llm.models.smollm2-135m.gguf_sha256: the GGUF's sha256" in out
+    assert "does not match the pinned" in out
     assert not (tmp_path / "models/smollm2-135m").exists()
 
 

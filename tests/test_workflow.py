@@ -308,4 +308,42 @@ def test_default_runs_the_ingest_model_before_any_synthesis_or_llm_judge():
     synth = [n for n, r in rule_of.items() if r == "synthesize"]
     assert synth and all("end_llm_phase" in parents[n] for n in synth)
     judges = [n for n, r in rule_of.items() if r == "judge" and "end_llm_phase" in parents[n]]
-    assert len(judges) == len(synth)  # the SmolLM2 judge of every cell; rubric needs no server
+    assert 0 < len(judges) < len(synth)  # the SmolLM2 judge's cells; rubric needs no server
+
+
+def test_the_default_llm_judge_scores_native_cells_and_the_rubric_judge_every_cell():
+    """llm.judge_scope: native in the default: the 135M judge scores the native cells and
+    base/direct_read, the rubric judge every synthesized cell."""
+    from srb.paper_cost import parse_dry_run
+
+    proc = subprocess.run([*SNAKEMAKE, "-n"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = parse_dry_run(proc.stdout + proc.stderr)
+
+    def cell(j):
+        return (j.wildcards["system"], j.wildcards["modality"], j.wildcards["budget"])
+
+    synth = {cell(j) for j in jobs if j.rule == "synthesize"}
+    judged = {}
+    for j in jobs:
+        if j.rule == "judge":
+            judged.setdefault(j.wildcards["judge"], set()).add(cell(j))
+    assert judged["rubric"] == synth
+    native = {c for c in synth if c[2] == "native" or c[0] in ("base", "direct_read")}
+    assert judged["smollm2-135m"] == native
+    assert ("direct_read", "none", "6K") in native and len(native) < len(synth)
+
+
+def test_the_ingest_of_one_long_chain_of_calls_starts_first():
+    """ingest_priority: Graphiti ingests papers one after another (one chain of dependent
+    calls), so it starts before Theoria, which other jobs wait on, which starts before Mem0."""
+    proc = subprocess.run([*SNAKEMAKE, "-n"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    priority = {
+        m.group(1): int(m.group(2))
+        for m in re.finditer(
+            r"rule ingest_store:.*?system=(\w+).*?priority: (\d+)", proc.stdout, re.S
+        )
+    }
+    assert priority["graphiti"] > priority["theoria"] > priority["mem0"]
+    assert priority["prism"] == priority["mem0"]

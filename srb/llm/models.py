@@ -70,7 +70,10 @@ def check_sources_present(models: dict[str, dict[str, Any]], names: list[str]) -
             raise ModelError(f"model {name!r} is not defined under llm.models")
         source = spec.get("source", {})
         if "path" not in source and "served_name" not in source:  # a local path is checked
-            gguf_sources(source)  # by prepare_model, so a dry run works where it is absent
+            try:  # by prepare_model, so a dry run works where it is absent
+                gguf_sources(source)
+            except ModelError as exc:
+                raise ModelError(f"model {name!r}, llm.models.{name}.source: {exc}") from None
         vllm_options(name, spec)  # two disagreeing max_model_len fail here, before any job
 
 
@@ -123,7 +126,8 @@ def prepare_model(name: str, spec: dict[str, Any], out_dir: str | Path) -> dict[
         got = join_gguf(parts, gguf)
         if expected and got != expected:
             raise ModelError(
-                f"model {name!r}: GGUF sha256 {got} does not match the pinned {expected} "
+                f"model {name!r}, llm.models.{name}.gguf_sha256: the GGUF's sha256 {got} "
+                f"does not match the pinned {expected} "
                 f"(from {parts[0].parent.parent.name}...); refusing to serve it"
             )
         staging = Path(tmp) / "model"

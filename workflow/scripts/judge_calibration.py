@@ -8,10 +8,10 @@ from srb.tables import write_table
 
 wc, p = snakemake.wildcards, snakemake.params
 with job_logging(snakemake.log[0], f"judge_calibration[{wc.corpus}/{wc.synth}]"):
-    files = list(snakemake.input.judgments)
-    n = len(p.grid)
-    tables = [ScoreTable.from_grid(j, p.grid, files[i * n : (i + 1) * n])
-              for i, j in enumerate(p.judges)]  # fmt: skip
+    files, tables, start = list(snakemake.input.judgments), [], 0
+    for judge, grid in zip(p.judges, p.grids, strict=True):  # judge-major, each its own cells
+        tables.append(ScoreTable.from_grid(judge, grid, files[start : start + len(grid)]))
+        start += len(grid)
     tiers = load_tiers(snakemake.input.questions)
     rows, panels = calibration(tables, tiers, p.within)
     note = (

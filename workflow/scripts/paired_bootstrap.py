@@ -8,9 +8,10 @@ from srb.tables import write_table
 wc, p = snakemake.wildcards, snakemake.params
 with job_logging(snakemake.log[0], f"paired_bootstrap[{wc.corpus}/{wc.synth}/{wc.judge}]"):
     table = ScoreTable.from_grid(wc.judge, p.grid, snakemake.input.judgments)
-    contrasts = parse_contrasts(p.contrasts, [tuple(c) for c in p.grid])
+    contrasts = parse_contrasts(p.contrasts, [tuple(c) for c in p.full_grid])
     b = p.bootstrap
-    rows = bootstrap_rows(table, contrasts, b["resamples"], b["seed"], b["confidence"], b["min_n"])
+    rows = bootstrap_rows(table, contrasts, b["resamples"], b["seed"], b["confidence"], b["min_n"],
+                          judged={tuple(c) for c in p.grid})  # fmt: skip
     if not rows:
         rows = [{"contrast": "not applicable: no contrasts configured (analysis.contrasts)"}]
     note = (
