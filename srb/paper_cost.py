@@ -128,6 +128,11 @@ class IngestCost:
         return self.requests * f, self.prompt_tokens * f, self.completion_tokens * f
 
 
+def _is_store_log(path: Path) -> bool:
+    """A store system's ingest log (the unit systems' logs count units, no model calls)."""
+    return "per_paper" in json.loads(path.read_text())
+
+
 def ingest_cost(ingest_log: str | Path) -> IngestCost:
     log = json.loads(Path(ingest_log).read_text())
     chars = sum(p["chars"] for p in log["per_paper"])
@@ -313,7 +318,8 @@ def report(
     config = yaml.safe_load(Path(configfile).read_text())
     jobs = parse_dry_run(dry_text if dry_text is not None else dry_run(configfile))
     measured = Path(measured)
-    ingest = {c.system: c for c in map(ingest_cost, sorted(measured.glob("units/*.ingest.json")))}
+    logs = [f for f in sorted(measured.glob("units/*.ingest.json")) if _is_store_log(f)]
+    ingest = {c.system: c for c in map(ingest_cost, logs)}
     answers = read_answers(measured / "answers")
     fit = fit_prompt_tokens(answers)
     scale = {c: corpus_scale(config, c) for c in config["corpora"]}
@@ -384,6 +390,8 @@ def report(
         f"{stated['chars_per_token']} characters per token",
         f"- throughput: ASSUMED ({stated['throughput_source']})",
         "- completion tokens: the configured caps, an upper bound",
+        "- ingest tokens follow the small run's settings and ingest model (e.g. its Theoria "
+        "claims per pass); a grid that extracts more per call costs more than scaled here",
         "- not costed: the sequential evaluation's /observe extraction (the same requests as the "
         "bulk ingest, so mostly call-cache hits) and its answers, and the encoder's embeddings",
         *(f"- {n}" for n in notes),

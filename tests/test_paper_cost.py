@@ -190,6 +190,7 @@ def _measured_run(root: Path) -> Path:
                 }  # fmt: skip
             )
         )
+    (units / "simple_rag.ingest.json").write_text(json.dumps({"system": "simple_rag", "units": 9}))
     answers = root / "answers/m/simple_rag/dense"
     answers.mkdir(parents=True)
     (answers / "1K.jsonl").write_text(
