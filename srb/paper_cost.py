@@ -128,13 +128,12 @@ class IngestCost:
         return self.requests * f, self.prompt_tokens * f, self.completion_tokens * f
 
 
-def _is_store_log(path: Path) -> bool:
-    """A store system's ingest log (the unit systems' logs count units, no model calls)."""
-    return "per_paper" in json.loads(path.read_text())
-
-
-def ingest_cost(ingest_log: str | Path) -> IngestCost:
+def ingest_cost(ingest_log: str | Path) -> IngestCost | None:
+    """A store system's measured cost; None for a unit system's log (it counts units and
+    makes no model calls)."""
     log = json.loads(Path(ingest_log).read_text())
+    if "per_paper" not in log:
+        return None
     chars = sum(p["chars"] for p in log["per_paper"])
     if not chars:
         raise ValueError(f"{ingest_log}: per_paper holds no characters; nothing to scale from")
@@ -318,8 +317,8 @@ def report(
     config = yaml.safe_load(Path(configfile).read_text())
     jobs = parse_dry_run(dry_text if dry_text is not None else dry_run(configfile))
     measured = Path(measured)
-    logs = [f for f in sorted(measured.glob("units/*.ingest.json")) if _is_store_log(f)]
-    ingest = {c.system: c for c in map(ingest_cost, logs)}
+    costs = map(ingest_cost, sorted(measured.glob("units/*.ingest.json")))
+    ingest = {c.system: c for c in costs if c is not None}
     answers = read_answers(measured / "answers")
     fit = fit_prompt_tokens(answers)
     scale = {c: corpus_scale(config, c) for c in config["corpora"]}
