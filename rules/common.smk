@@ -45,6 +45,9 @@ BUDGETED_STORE_PATTERN = (
     or "(?!)"
 )
 NATIVE_STORE_PATTERN = "|".join(map(re.escape, INTERNAL_SYNTHESIS)) or "(?!)"
+# store systems whose library runs from a venv of its own (rule system_env)
+OWN_ENV_SYSTEMS = [s for s in STORE_SYSTEMS if store_registry()[s].own_environment]
+OWN_ENV_PATTERN = "|".join(map(re.escape, OWN_ENV_SYSTEMS)) or "(?!)"
 BUDGETS = [str(b) for b in config["budgets"]]
 HYBRID_CHANNELS = config["retrieval"]["hybrid_channels"]
 # what the rank job writes: every modality, plus the channels a hybrid fuses
@@ -135,6 +138,13 @@ def store_bm25_index(wildcards, modalities):
     return f"results/{wildcards.corpus}/index/{wildcards.system}/bm25" if fused else []
 
 
+def system_env(wildcards):
+    """The record of the system's own environment, for systems that need one."""
+    if wildcards.system in OWN_ENV_SYSTEMS:
+        return f"{MEMORY['envs_dir']}/{wildcards.system}.json"
+    return []
+
+
 def ingest_after(wildcards):
     """Store systems whose ingest must finish first: a system that sends another's requests
     (Prism sends Theoria's extraction requests) then gets them from the call cache, instead of
@@ -176,6 +186,7 @@ def memory_params(*extra):
         "structured_output",
         "max_completion_tokens",
         "theoria",
+        "hindsight",
         *extra,
     ]
     return {k: MEMORY.get(k) for k in keep}

@@ -12,6 +12,7 @@ rule ingest_store:
         questions="results/{corpus}/corpus/questions.jsonl",
         model=lambda wc: model_card(MEMORY["llm"]),
         after=ingest_after,
+        env=system_env,
     output:
         store=directory("results/{corpus}/store/{system}"),
         store_items="results/{corpus}/units/{system}.jsonl",
@@ -46,6 +47,7 @@ rule doctor_store:
         ingest_log="results/{corpus}/units/{system}.ingest.json",
         bm25=lambda wc: store_bm25_index(wc, STORE_MODALITIES[wc.system]),
         model=lambda wc: model_card(MEMORY["llm"]),
+        env=system_env,
     output:
         report=report(
             "results/{corpus}/doctor/{system}.json",
@@ -85,6 +87,7 @@ rule restore_store:
         bm25=lambda wc: store_bm25_index(wc, [wc.modality]),
         doctor="results/{corpus}/doctor/{system}.json",
         model=lambda wc: model_card(MEMORY["llm"]),
+        env=system_env,
     output:
         cells=expand(
             "results/{{corpus}}/retrieval/{{system}}/{{modality}}/{budget}.jsonl",
@@ -128,6 +131,7 @@ rule restore_store_native:
         bm25=lambda wc: store_bm25_index(wc, [wc.modality]),
         doctor="results/{corpus}/doctor/{system}.json",
         model=lambda wc: model_card(MEMORY["llm"]),
+        env=system_env,
     output:
         cells=["results/{corpus}/retrieval/{system}/{modality}/native.jsonl"],
         verdicts=["results/{corpus}/retrieval/{system}/{modality}/native.budget.json"],
@@ -178,3 +182,30 @@ rule ingest_cost:
         runtime=5,
     script:
         "../workflow/scripts/ingest_cost.py"
+
+
+rule system_env:
+    """A store system's own environment (one that cannot share the project's), built from its
+    full lock in envs/ and reused while the lock is unchanged; PostgreSQL's extensions are
+    checked here, before any ingest job runs."""
+    input:
+        lock="envs/{system}.txt",
+    output:
+        record=f"{MEMORY['envs_dir']}/{{system}}.json",
+    log:
+        "results/logs/system_env/{system}.log",
+    benchmark:
+        "results/benchmarks/system_env/{system}.tsv"
+    wildcard_constraints:
+        system=OWN_ENV_PATTERN,
+    conda:
+        "../envs/srb.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    params:
+        venv=lambda wc, output: str(Path(output.record).with_suffix("")),
+        log_dir=lambda wc: f"results/logs/{wc.system}-servers",
+    script:
+        "../workflow/scripts/system_env.py"

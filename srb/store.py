@@ -31,7 +31,6 @@ from srb.retrieve import (
     Hit,
     Restored,
     budget_cap,
-    calibrated_top_k,
     cap_restored,
     mean_unit_chars,
     parse_budget,
@@ -316,7 +315,7 @@ def restore_store_cells(
             verdict = cell_verdict(cells, [len(c.hits) for c in deep], requested, tolerance)
         else:
             mean_item = mean_unit_chars(native_records)
-            knob = calibrated_top_k(requested, mean_item)
+            knob = system.calibrated_knob(requested, mean_item)
             raw = [ranker.restore(q.id, q.question, modality, knob, requested) for q in questions]
             cap = budget_cap(requested, tolerance)
             cells = [cap_restored(c, cap) for c in raw]

@@ -25,7 +25,7 @@ from typing import Any
 from srb.budget_check import cell_verdict, knob_limited
 from srb.data.schema import Question
 from srb.doctor import Check, finish_report
-from srb.retrieve import budget_cap, calibrated_top_k, cap_restored, mean_unit_chars, parse_budget
+from srb.retrieve import budget_cap, cap_restored, mean_unit_chars, parse_budget
 from srb.store import StoreRanker
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class StoreDoctor:
                 if mean_item <= 0:
                     bad.append(f"{m}/{b}: the native probes restored nothing to calibrate on")
                     continue
-                knob = calibrated_top_k(requested, mean_item)
+                knob = self.system.calibrated_knob(requested, mean_item)
                 raw = self._restore(m, knob, requested)
                 cells = [cap_restored(c, budget_cap(requested, self.tolerance)) for c in raw]
                 verdict = cell_verdict(cells, [len(c.hits) for c in raw], requested,

@@ -63,8 +63,10 @@ def store_config(root: Path, corpus: Path, papers: int = 2) -> Path:
         budgets=["native", "2K"],
         llm=llm,
         memory={
-            "systems": ["mem0", "graphiti", "theoria", "prism"],
+            "systems": ["mem0", "graphiti", "theoria", "prism", "hindsight"],
             "papers": papers,
+            # Hindsight's venv: the one `make run` builds, reused while its lock holds
+            "envs_dir": str(REPO / "cache/envs"),
             "llm": "qwen2.5-coder-0.5b",
             "max_completion_tokens": 1024,
             # one-sentence papers: a few short claims per pass keep the CPU test short
@@ -73,7 +75,7 @@ def store_config(root: Path, corpus: Path, papers: int = 2) -> Path:
     )
 
 
-SYSTEMS = ("mem0", "graphiti", "theoria", "prism")
+SYSTEMS = ("mem0", "graphiti", "theoria", "prism", "hindsight")
 #: cells restored through the store (Theoria's through its service, started by the job)
 CELLS = (
     "results/tiny/retrieval/theoria/hybrid/2K.jsonl",
@@ -155,6 +157,8 @@ def test_the_ingested_store_is_searched_through_its_library(ingested, system) ->
     dense = {"encoder": "minilm", "cache": str(root / "cache/embeddings.sqlite")}
     units = read_units(root / f"results/tiny/units/{system}.jsonl")
     store = get_store_system(system).configure(config["memory"])
+    if store.own_environment:  # what the workflow's jobs read: rule system_env's record
+        store.use_environment(Path(config["memory"]["envs_dir"]) / f"{system}.json")
     store.services = {"llm": llm, "dense": dense}  # what srb.store.opened_store sets
     with memory_endpoint(llm, "qwen2.5-coder-0.5b", dense) as (endpoint, server):
         handle = store.open(root / f"results/tiny/store/{system}", endpoint)

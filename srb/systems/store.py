@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib.metadata
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,11 +121,36 @@ class StoreSystem(ABC):
     services: Mapping[str, Any] = {}
     #: the `memory` config the system was configured with (see `configure`)
     options: Mapping[str, Any] = {}
+    #: the library cannot share the project's environment: it runs from a venv of its own,
+    #: built by rule `system_env` from envs/<requirements> (srb.system_env)
+    own_environment: bool = False
+    #: that venv's record (srb.system_env.ensure_env), set by `use_environment`
+    environment: Mapping[str, Any] = {}
 
     def configure(self, memory: Mapping[str, Any]) -> StoreSystem:
         """Take the workflow's `memory` config (options such as `structured_output`)."""
         self.options = dict(memory)
         return self
+
+    def use_environment(self, record_file: str | Path | Sequence[str] | None) -> StoreSystem:
+        """Run from the venv rule `system_env` built (its record file); a no-op without one."""
+        if isinstance(record_file, list | tuple):
+            record_file = record_file[0] if record_file else None
+        if record_file:
+            from srb.system_env import read_env
+
+            self.environment = read_env(record_file)
+        return self
+
+    def check_environment(self, record: Mapping[str, Any]) -> None:  # noqa: B027
+        """What rule `system_env` checks once the venv is built (services it must start)."""
+
+    def calibrated_knob(self, budget_chars: int, native_mean_item_chars: float) -> int:
+        """The knob value for a calibrated cell: the paper's B / mean characters per item on
+        the native run. A system whose knob is not a count of items overrides this."""
+        from srb.retrieve import calibrated_top_k
+
+        return calibrated_top_k(budget_chars, native_mean_item_chars)
 
     @abstractmethod
     def ingest_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> int:
@@ -153,7 +178,13 @@ class StoreSystem(ABC):
 
     def check_installed(self) -> None:
         """Fail clearly when the library is missing or not the pinned version."""
-        check_pins(self.name, ENVS_DIR / self.requirements)
+        if not self.own_environment:
+            check_pins(self.name, ENVS_DIR / self.requirements)
+        elif not self.environment:
+            raise ConfigError(
+                f"system {self.name} runs from its own environment (envs/{self.requirements}), "
+                "built by the workflow's rule system_env; no environment record was given"
+            )
 
 
 _PIN = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)")

@@ -19,7 +19,9 @@ with job_logging(snakemake.log[0], f"doctor_store[{wc.corpus}/{wc.system}]"):
             "doctor.probes: store systems probe with the memory slice's own questions; "
             "give a number of questions, not query texts"
         )
-    system = get_store_system(wc.system).configure(p.memory)
+    system = (
+        get_store_system(wc.system).configure(p.memory).use_environment(snakemake.input.get("env"))
+    )
     units = read_units(inp.store_items)
     with opened_store(system, inp.store, p.llm, p.memory, p.dense) as handle:
         ranker = StoreRanker(

@@ -11,7 +11,9 @@ wc, p, out = snakemake.wildcards, snakemake.params, snakemake.output
 with job_logging(snakemake.log[0], f"ingest_store[{wc.corpus}/{wc.system}]"):
     corpus = load_canonical(Path(snakemake.input.papers).parent)
     papers, questions = memory_slice(corpus, p.memory["papers"])
-    system = get_store_system(wc.system).configure(p.memory)
+    system = (
+        get_store_system(wc.system).configure(p.memory).use_environment(snakemake.input.get("env"))
+    )
     with memory_endpoint(
         p.llm,
         p.memory["llm"],

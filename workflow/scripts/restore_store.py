@@ -11,7 +11,9 @@ from srb.systems import get_store_system
 wc, p, inp, out = snakemake.wildcards, snakemake.params, snakemake.input, snakemake.output
 with job_logging(snakemake.log[0], f"restore_store[{wc.corpus}/{wc.system}/{wc.modality}]"):
     _, questions = memory_slice(load_canonical(Path(inp.questions).parent), p.memory["papers"])
-    system = get_store_system(wc.system).configure(p.memory)
+    system = (
+        get_store_system(wc.system).configure(p.memory).use_environment(snakemake.input.get("env"))
+    )
     units = read_units(inp.store_items)
     with opened_store(system, inp.store, p.llm, p.memory, p.dense) as handle:
         restore_store_cells(

@@ -1,0 +1,347 @@
+"""Hindsight (`hindsight-api`, pinned with its whole environment in envs/hindsight.txt) as the
+paper ran it: one retained item per paper, facts extracted by its LLM pipeline into PostgreSQL
+(pgvector, pg_trgm), recalled with `recall(max_tokens=...)`, the system's budget knob.
+
+Hindsight is a server. Every job that touches the store runs its own: a private PostgreSQL on a
+copy of the store's cluster (srb.pg) and `hindsight-api` from the system's own venv on a free
+127.0.0.1 port, both stopped when the job ends. srb talks to it over its REST API (the routes
+`hindsight-client` wraps), so the project's environment needs neither.
+
+Offline settings, each tested in tests/test_hindsight_system.py (`server_environment`):
+- chat and embeddings both on the caching endpoint (`openai` providers with its base URL): the
+  default local embedder and cross-encoder reranker are hub downloads; recall reranks by RRF;
+- observations (background LLM consolidation) off unless `memory.hindsight.observations`;
+- `RETAIN_MAX_COMPLETION_TOKENS` 4096 (its default 64000 is refused by a small model's server;
+  it must exceed the 3000-char retain chunk or the server will not start); the endpoint cuts
+  answers at `memory.max_completion_tokens` as for every system;
+- every item carries the fixed `REFERENCE_TIME` as its timestamp, so a rerun sends the same
+  prompts (zero model calls on a warm cache), whatever day it runs.
+
+Budget: Hindsight counts `max_tokens` with its own tokenizer; a calibrated cell asks for
+B / CHARS_PER_TOKEN tokens and the workflow's verdict reports what came back (the paper saw
+recall return ~19K characters whatever was asked: `knob_inert` names that).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from srb.data.schema import Paper
+from srb.systems.store import Endpoint, Item, StoreHandle, StoreSystem
+
+log = logging.getLogger(__name__)
+
+BANK = "srb"
+EXTENSIONS = ("vector", "pg_trgm", "btree_gist")
+REFERENCE_TIME = "2026-01-01T00:00:00+00:00"  # every retained item's timestamp
+CHARS_PER_TOKEN = 4.0  # English prose under cl100k-style tokenizers (Hindsight's counter)
+RETAIN_MAX_COMPLETION_TOKENS = 4096  # what Hindsight asks for; its default 64000 is refused
+START_TIMEOUT_S = 180.0
+REQUEST_TIMEOUT_S = 3600.0  # a paper's retain is one synchronous request (many LLM calls)
+PAGE = 500
+LLM_CONCURRENCY = 8  # memory.hindsight.llm_concurrency's default
+
+
+def server_environment(
+    db_url: str, endpoint: Endpoint, options: Mapping[str, Any]
+) -> dict[str, str]:
+    """The `HINDSIGHT_API_*` settings that keep the server offline and on the endpoint."""
+    own = dict(options.get("hindsight") or {})
+    concurrency = int(own.get("llm_concurrency") or LLM_CONCURRENCY)
+    env = {
+        "HINDSIGHT_API_DATABASE_URL": db_url,
+        "HINDSIGHT_API_LLM_PROVIDER": "openai",
+        "HINDSIGHT_API_LLM_BASE_URL": endpoint.base_url,
+        "HINDSIGHT_API_LLM_API_KEY": "srb-local-endpoint",
+        "HINDSIGHT_API_LLM_MODEL": endpoint.chat_model,
+        "HINDSIGHT_API_LLM_MAX_CONCURRENT": str(max(1, concurrency)),
+        # a CPU model (and the endpoint starting its server) answers in minutes, not seconds:
+        # its 120 s default times out and re-sends the same request
+        "HINDSIGHT_API_LLM_TIMEOUT": str(int(REQUEST_TIMEOUT_S)),
+        "HINDSIGHT_API_SKIP_LLM_VERIFICATION": "true",
+        "HINDSIGHT_API_EMBEDDINGS_PROVIDER": "openai",
+        "HINDSIGHT_API_EMBEDDINGS_OPENAI_BASE_URL": endpoint.base_url,
+        "HINDSIGHT_API_EMBEDDINGS_OPENAI_API_KEY": "srb-local-endpoint",
+        "HINDSIGHT_API_EMBEDDINGS_OPENAI_MODEL": endpoint.embedding_model,
+        "HINDSIGHT_API_RERANKER_PROVIDER": "rrf",
+        "HINDSIGHT_API_ENABLE_OBSERVATIONS": str(bool(own.get("observations", False))).lower(),
+        "HINDSIGHT_API_WORKER_ID": "srb",
+        "HINDSIGHT_API_OTEL_TRACES_ENABLED": "false",
+        # must exceed the retain chunk size (3000 chars) or the server refuses to start; the
+        # endpoint still cuts every answer at memory.max_completion_tokens
+        "HINDSIGHT_API_RETAIN_MAX_COMPLETION_TOKENS": str(RETAIN_MAX_COMPLETION_TOKENS),
+        "HF_HUB_OFFLINE": "1",
+    }
+    return env
+
+
+def item_id(paper_id: str, text: str) -> str:
+    """A stable id for a fact (Hindsight's own ids are random uuids)."""
+    return "hindsight-" + hashlib.sha256(f"{paper_id}\0{text}".encode()).hexdigest()[:16]
+
+
+def _check(resp: httpx.Response, what: str) -> Any:
+    if resp.status_code >= 400:
+        raise RuntimeError(f"hindsight {what}: HTTP {resp.status_code}: {resp.text[:500]}")
+    return resp.json() if resp.content else None
+
+
+class HindsightServer:
+    """`hindsight-api` in the system's venv on a private PostgreSQL, for one job."""
+
+    def __init__(
+        self,
+        venv: Path,
+        endpoint: Endpoint,
+        options: Mapping[str, Any],
+        store_dir: Path | None,
+        log_dir: Path,
+    ):
+        from srb.pg import bin_dir, private_postgres
+
+        self._pg_cm = private_postgres(bin_dir(venv), store_dir, EXTENSIONS)
+        self.pg = self._pg_cm.__enter__()
+        self.log_file = log_dir / f"hindsight-server-{os.getpid()}-{id(self):x}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        try:
+            self._start(venv, endpoint, options)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, venv: Path, endpoint: Endpoint, options: Mapping[str, Any]) -> None:
+        from srb.pg import die_with_parent
+        from srb.services import free_port
+
+        port = free_port()
+        env = {**os.environ, **server_environment(self.pg.url, endpoint, options)}
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as out:
+            self.proc = subprocess.Popen(
+                [str(venv / "bin" / "hindsight-api"), "--host", "127.0.0.1", "--port", str(port)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                preexec_fn=lambda: die_with_parent(signal.SIGTERM),
+            )
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"hindsight-api exited with {self.proc.returncode} while starting; "
+                    f"its log {self.log_file}:\n{self._log_tail()}"
+                )
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    log.info("hindsight-api up at %s (log %s)", self.url, self.log_file)
+                    self.client = httpx.Client(base_url=self.url, timeout=REQUEST_TIMEOUT_S)
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(
+            f"hindsight-api did not answer {self.url}/health within {START_TIMEOUT_S:.0f} s; "
+            f"its log {self.log_file}:\n{self._log_tail()}"
+        )
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_file.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def bank_path(self, suffix: str = "") -> str:
+        return f"/v1/default/banks/{BANK}{suffix}"
+
+    def stop(self) -> None:
+        """Stop the API server, then PostgreSQL (no orphans, whatever failed before)."""
+        client = getattr(self, "client", None)
+        if client is not None:
+            client.close()
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=20)
+            except (OSError, subprocess.TimeoutExpired):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self._pg_cm.__exit__(None, None, None)
+
+
+def _paper_of(record: Mapping[str, Any]) -> str:
+    return str(record.get("document_id") or (record.get("metadata") or {}).get("paper_id") or "")
+
+
+class HindsightHandle(StoreHandle):
+    def __init__(self, server: HindsightServer, private: Path | None = None):
+        self.server, self.private = server, private
+
+    def _list(self, document_id: str | None = None) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        while True:
+            params: dict[str, Any] = {"limit": PAGE, "offset": len(out)}
+            if document_id:
+                params["document_id"] = document_id
+            page = _check(
+                self.server.client.get(self.server.bank_path("/memories/list"), params=params),
+                "list memories",
+            )
+            got = page.get("items") or []
+            out.extend(got)
+            if len(got) < PAGE:
+                return out
+
+    def items(self) -> list[Item]:
+        found = {}
+        for rec in self._list():
+            paper, text = _paper_of(rec), rec.get("text") or ""
+            item = Item(
+                item_id(paper, text),
+                text,
+                (paper,) if paper else (),
+                rec.get("fact_type") or rec.get("type") or "fact",
+            )
+            found[item.item_id] = item
+        return [found[k] for k in sorted(found)]
+
+    def native_count(self) -> int:
+        return len(self._list())
+
+    def search(self, query: str, modality: str, knob: int) -> list[Item]:
+        if modality != "recall":
+            raise ValueError(f"hindsight has no modality {modality!r} (recall)")
+        body = {"query": query, "max_tokens": int(knob), "budget": "mid"}
+        found = _check(
+            self.server.client.post(self.server.bank_path("/memories/recall"), json=body),
+            "recall",
+        )
+        out = []
+        results = found.get("results") or []
+        for rank, rec in enumerate(results):
+            paper, text = _paper_of(rec), rec.get("text") or ""
+            out.append(
+                Item(item_id(paper, text), text, (paper,) if paper else (), rec.get("type") or "fact",
+                     float(len(results) - rank))
+            )  # fmt: skip
+        return out
+
+    def close(self) -> None:
+        self.server.stop()
+        if self.private is not None:
+            shutil.rmtree(self.private, ignore_errors=True)
+
+
+class HindsightSystem(StoreSystem):
+    name = "hindsight"
+    description = "Hindsight: LLM-extracted facts per paper in PostgreSQL, recall(max_tokens)"
+    modalities = ("recall",)
+    native_knob = 4096  # RecallRequest's default max_tokens
+    knob_name = "max_tokens"
+    requirements = "hindsight.txt"
+    own_environment = True
+
+    def __init__(self) -> None:
+        self._servers: dict[Path, HindsightServer] = {}
+        self._lock = threading.Lock()
+
+    def check_environment(self, record: Mapping[str, Any]) -> None:
+        """PostgreSQL starts from the venv's binaries and has every extension Hindsight needs."""
+        from srb.pg import bin_dir, private_postgres
+
+        with private_postgres(bin_dir(record["venv"]), None, EXTENSIONS):
+            pass
+
+    def calibrated_knob(self, budget_chars: int, native_mean_item_chars: float) -> int:
+        """max_tokens for a character budget: B / CHARS_PER_TOKEN (the knob counts tokens)."""
+        return max(1, math.ceil(budget_chars / CHARS_PER_TOKEN))
+
+    def _venv(self) -> Path:
+        self.check_installed()
+        return Path(self.environment["venv"])
+
+    def _log_dir(self, store_dir: Path) -> Path:
+        """The servers' own logs: beside the environment's record (rule system_env's log dir)."""
+        return Path(self.environment.get("log_dir") or store_dir.parent)
+
+    def _server(self, store_dir: Path) -> HindsightServer:
+        with self._lock:
+            if store_dir not in self._servers:
+                raise RuntimeError(f"hindsight: no server for {store_dir}; prepare() first")
+            return self._servers[store_dir]
+
+    def prepare(self, store_dir: Path, endpoint: Endpoint) -> None:
+        server = HindsightServer(
+            self._venv(), endpoint, self.options, None, self._log_dir(store_dir)
+        )
+        try:
+            _check(server.client.put(server.bank_path(), json={"name": BANK}), "create bank")
+        except BaseException:
+            server.stop()
+            raise
+        with self._lock:
+            self._servers[store_dir] = server
+
+    def ingest_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> int:
+        server = self._server(store_dir)
+        item = {
+            "content": paper.text,
+            "document_id": paper.id,
+            "timestamp": REFERENCE_TIME,
+            "context": paper.title or paper.id,
+            "metadata": {"paper_id": paper.id},
+        }
+        _check(
+            server.client.post(
+                server.bank_path("/memories"), json={"items": [item], "async": False}
+            ),
+            f"retain {paper.id}",
+        )
+        return len(HindsightHandle(server)._list(paper.id))
+
+    def forget_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> None:
+        server = self._server(store_dir)
+        resp = server.client.delete(server.bank_path(f"/documents/{paper.id}"))
+        if resp.status_code != 404:
+            _check(resp, f"delete document {paper.id}")
+
+    def finish(self, store_dir: Path, endpoint: Endpoint) -> None:
+        with self._lock:
+            server = self._servers.pop(store_dir, None)
+        if server is None:
+            return
+        try:
+            server.client.close()
+            if server.proc is not None and server.proc.poll() is None:
+                os.killpg(server.proc.pid, signal.SIGTERM)
+                server.proc.wait(timeout=30)
+            server.pg.save(store_dir)
+        finally:
+            server.stop()
+
+    def open(self, store_dir: Path, endpoint: Endpoint) -> StoreHandle:
+        from srb.pg import CLUSTER_DIR
+
+        if not (store_dir / CLUSTER_DIR).is_dir():
+            raise FileNotFoundError(f"hindsight: no PostgreSQL cluster under {store_dir}")
+        server = HindsightServer(
+            self._venv(), endpoint, self.options, store_dir, self._log_dir(store_dir)
+        )
+        return HindsightHandle(server, None)
+
+
+SYSTEM = HindsightSystem()

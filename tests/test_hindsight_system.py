@@ -1,0 +1,84 @@
+"""Hindsight's offline settings and budget knob (srb/systems/hindsight.py), and the record of
+its own environment (srb.system_env). Its real ingest and recall, on a real PostgreSQL through
+the caching endpoint, are in tests/test_store_workflow.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from srb.errors import ConfigError
+from srb.system_env import STAMP, read_env
+from srb.systems import get_store_system
+from srb.systems.hindsight import (
+    CHARS_PER_TOKEN,
+    REFERENCE_TIME,
+    HindsightSystem,
+    item_id,
+    server_environment,
+)
+from srb.systems.store import Endpoint
+
+ENDPOINT = Endpoint("http://127.0.0.1:4321/v1", "qwen2.5-coder-0.5b", "minilm", 384)
+
+
+def test_every_model_call_goes_to_the_caching_endpoint() -> None:
+    env = server_environment("postgresql://x", ENDPOINT, {"hindsight": {"llm_concurrency": 3}})
+    assert env["HINDSIGHT_API_LLM_BASE_URL"] == ENDPOINT.base_url
+    assert env["HINDSIGHT_API_EMBEDDINGS_OPENAI_BASE_URL"] == ENDPOINT.base_url
+    assert env["HINDSIGHT_API_LLM_MODEL"] == "qwen2.5-coder-0.5b"
+    assert env["HINDSIGHT_API_EMBEDDINGS_OPENAI_MODEL"] == "minilm"
+    assert env["HINDSIGHT_API_EMBEDDINGS_PROVIDER"] == "openai"  # not the hub's local model
+    assert env["HINDSIGHT_API_RERANKER_PROVIDER"] == "rrf"  # not the hub's cross-encoder
+    assert env["HINDSIGHT_API_LLM_MAX_CONCURRENT"] == "3"
+
+
+def test_observations_are_off_unless_configured() -> None:
+    assert server_environment("u", ENDPOINT, {})["HINDSIGHT_API_ENABLE_OBSERVATIONS"] == "false"
+    on = server_environment("u", ENDPOINT, {"hindsight": {"observations": True}})
+    assert on["HINDSIGHT_API_ENABLE_OBSERVATIONS"] == "true"
+
+
+def test_the_retain_answer_cap_is_one_the_server_accepts() -> None:
+    """The server refuses to start unless the cap exceeds its 3000-char retain chunk, and its
+    default (64000) is more than a small model's server allows."""
+    env = server_environment("u", ENDPOINT, {"max_completion_tokens": 2048})
+    assert 3000 < int(env["HINDSIGHT_API_RETAIN_MAX_COMPLETION_TOKENS"]) < 64000
+    assert float(env["HINDSIGHT_API_LLM_TIMEOUT"]) >= 600  # CPU answers take minutes
+
+
+def test_items_have_stable_ids_and_a_fixed_timestamp() -> None:
+    assert item_id("P1", "a fact") == item_id("P1", "a fact")
+    assert item_id("P1", "a fact") != item_id("P2", "a fact")
+    assert REFERENCE_TIME.startswith("2026-01-01")
+
+
+def test_the_budget_knob_counts_tokens() -> None:
+    system = HindsightSystem()
+    assert system.knob_name == "max_tokens" and system.native_knob == 4096
+    # a 2K-character budget asks for 2000 / 4 tokens, whatever the items' mean size
+    assert system.calibrated_knob(2000, 90.0) == 2000 / CHARS_PER_TOKEN
+    assert system.calibrated_knob(1, 90.0) == 1
+
+
+def test_without_its_environment_the_error_names_the_rule() -> None:
+    system = get_store_system("hindsight")
+    assert system.own_environment
+    fresh = HindsightSystem()
+    with pytest.raises(ConfigError, match="system_env"):
+        fresh.check_installed()
+
+
+def test_a_stale_environment_record_is_refused(tmp_path) -> None:
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / STAMP).write_text("old\n")
+    record = tmp_path / "hindsight.json"
+    record.write_text(
+        json.dumps({"venv": str(venv), "lock": "envs/hindsight.txt", "lock_sha256": "new"})
+    )
+    with pytest.raises(ConfigError, match="no longer matches envs/hindsight.txt"):
+        read_env(record)
+    (venv / STAMP).write_text("new\n")
+    assert read_env(record)["venv"] == str(venv)
