@@ -15,7 +15,10 @@ of the requested budget B. When it is off, the reason matters:
 - `under_budget` / `over_budget`: the knob was set wrong for this corpus: a failure;
 - `empty`: nothing was restored: a failure;
 - `knob_inert` (across a system's budgets): the achieved size does not move when the budget
-  does, so the knob does nothing: a failure.
+  does, so the knob does nothing: a failure of the workflow's own knob (unit systems);
+- `knob_flat`: the same for a store system, whose knob is the library's own (the paper saw
+  Hindsight's recall return ~19K characters whatever was asked): the library's behaviour, so
+  every cell of that system/modality is reported and marked, by name, and the run goes on.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 from srb.retrieve import Calibration, Restored, ran_short
 
 OK = "ok"
-MARKED = ("granularity_limited", "depth_limited", "knob_limited")
+MARKED = ("granularity_limited", "depth_limited", "knob_limited", "knob_flat")
 FAILURES = ("under_budget", "over_budget", "empty", "knob_inert")
 
 
@@ -156,6 +159,28 @@ def knob_inert(verdicts: Mapping[str, BudgetVerdict], tolerance: float) -> str |
             f"achieved, {hi.requested} requested -> {hi.achieved_mean:.0f} achieved"
         )
     return None
+
+
+def mark_knob_flat(
+    verdicts: Mapping[str, BudgetVerdict | None], tolerance: float
+) -> dict[str, BudgetVerdict | None]:
+    """A store system's verdicts, each numeric one marked `knob_flat` when the library's knob
+    does not move the size it returns across budgets (measured before the cap cut it: capped
+    cells differ only by their caps). An under- or overspent cell is then the knob's doing
+    and is marked too; an empty one stays a failure."""
+    numeric = {b: v for b, v in verdicts.items() if v is not None}
+    before_cap = {
+        b: replace(v, achieved_mean=v.knob_mean) if v.knob_mean is not None else v
+        for b, v in numeric.items()
+    }
+    inert = knob_inert(before_cap, tolerance)
+    if not inert:
+        return dict(verdicts)
+    reason = inert.replace("the budget knob does nothing", "the library's knob does not move")
+    return {
+        b: v if v is None or v.status == "empty" else replace(v, status="knob_flat", reason=reason)
+        for b, v in verdicts.items()
+    }
 
 
 def cell_verdict(

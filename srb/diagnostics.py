@@ -169,6 +169,8 @@ def budget_columns(
             if status in FAILURES:
                 failures.append(f"{system}/{modality}/{budget}: {status}: {v['reason']}")
     for (system, modality), per_budget in by_pair.items():
+        if any(v.status == "knob_flat" for v in per_budget.values()):
+            continue  # a library's own knob: marked on its cells (srb.budget_check), not a failure
         inert = knob_inert(per_budget, tolerance)
         if inert:
             failures.append(f"{system}/{modality}: knob_inert: {inert}")

@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from srb.atomic import atomic_directory, write_json, write_jsonl
-from srb.budget_check import BudgetVerdict, apply_gate, cell_verdict, knob_limited
+from srb.budget_check import (
+    BudgetVerdict,
+    apply_gate,
+    cell_verdict,
+    knob_limited,
+    mark_knob_flat,
+)
 from srb.data.schema import Corpus, Paper, Question
 from srb.retrieve import (
     Hit,
@@ -329,10 +335,15 @@ def restore_store_cells(
             knob_mean = sum(c.achieved_chars for c in raw) / max(1, len(raw))
             verdict = knob_limited(verdict, knob_mean, tolerance)
         write_jsonl(cell_out, (c.to_record(ranker.units) for c in cells))
+        verdicts[budget] = verdict
+    # the library's knob across budgets: one that does not move the size marks every cell
+    verdicts = mark_knob_flat(verdicts, tolerance)
+    for (budget, verdict), verdict_out in zip(verdicts.items(), verdict_outs, strict=True):
+        if verdict is None:
+            continue
         write_json(verdict_out, verdict.to_dict())
         log.info(
             "%s budget %s: %s (%s)", where or system.name, budget, verdict.status, verdict.reason
         )
-        verdicts[budget] = verdict
     apply_gate(verdicts, gate, where or system.name)
     return verdicts

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from srb.budget_check import BudgetError, budget_verdict, knob_inert, whole_units_can_reach
+from srb.budget_check import (
+    BudgetError,
+    budget_verdict,
+    knob_inert,
+    knob_limited,
+    mark_knob_flat,
+    whole_units_can_reach,
+)
 from srb.diagnostics import retrieval_table
 from srb.rank import restore_cells
 
@@ -193,6 +200,44 @@ def test_restore_gate_fails_naming_the_cell(tmp_path: Path) -> None:
     assert (tmp_path / "2K.jsonl").is_file()
 
 
+def _store_verdict(requested: int, before_cap: int) -> object:
+    """A store cell: the library returned `before_cap` chars, cut at 1.25 x B."""
+    achieved = min(before_cap, int(requested * 1.25))
+    verdict = budget_verdict(requested, [achieved], [False], 0.25)
+    return knob_limited(verdict, before_cap, 0.25)
+
+
+def test_a_library_knob_that_returns_the_same_size_marks_every_cell_by_name() -> None:
+    # Hindsight as the paper saw it: ~19K characters whatever was asked; after the caps the
+    # cells differ (1.25K vs 6.25K), so only the size before the cap shows the flat knob
+    verdicts = {
+        "native": None,
+        "1K": _store_verdict(1000, 19_000),
+        "5K": _store_verdict(5000, 19_050),
+    }
+    assert [v.status for v in verdicts.values() if v] == ["knob_limited", "knob_limited"]
+    marked = mark_knob_flat(verdicts, 0.25)
+    assert marked["native"] is None
+    assert {v.status for v in marked.values() if v} == {"knob_flat"}
+    assert (
+        "the library's knob does not move: 1000 requested -> 19000 achieved" in marked["1K"].reason
+    )
+    assert not any(v.failed for v in marked.values() if v)  # marked, the run goes on
+
+
+def test_a_flat_small_knob_marks_the_underspent_cell_instead_of_failing_it() -> None:
+    verdicts = {"1K": _store_verdict(1000, 900), "5K": _store_verdict(5000, 905)}
+    assert verdicts["5K"].status == "under_budget"
+    assert {v.status for v in mark_knob_flat(verdicts, 0.25).values()} == {"knob_flat"}
+
+
+def test_a_knob_that_follows_the_budget_and_an_empty_cell_are_left_alone() -> None:
+    moving = {"1K": _store_verdict(1000, 1000), "5K": _store_verdict(5000, 5000)}
+    assert mark_knob_flat(moving, 0.25) == moving
+    empty = {"1K": _store_verdict(1000, 0), "5K": _store_verdict(5000, 0)}
+    assert [v.status for v in mark_knob_flat(empty, 0.25).values()] == ["empty", "empty"]
+
+
 # ------------------------------------------------------------ diagnostics mark and gate
 
 
@@ -231,3 +276,25 @@ def test_diagnostics_mark_cells_and_gate_an_inert_knob(tmp_path: Path) -> None:
     assert [r["budget_status"] for r in rows] == ["native", "knob_inert", "under_budget"]
     assert [r["budget_ratio"] for r in rows] == [None, 0.9, 0.181]
     assert "Off budget:" in (tmp_path / "d.md").read_text()
+
+
+def test_diagnostics_report_a_flat_library_knob_without_failing(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    paper = {"id": "P", "title": "t", "text": "x" * 5000, "source": "s", "licence": "CC-BY"}
+    question = {"id": "q1", "question": "?", "gold_answer": "a", "must_have": [],
+                "paper_ids": ["P"], "tier": "L1", "types": ["factual"], "evidence": []}  # fmt: skip
+    _write(corpus / "papers.jsonl", [paper])
+    _write(corpus / "questions.jsonl", [question])
+    (corpus / "manifest.json").write_text(json.dumps({"n_papers": 1, "n_questions": 1}))
+    flat = mark_knob_flat({"1K": _store_verdict(1000, 900), "5K": _store_verdict(5000, 905)}, 0.25)
+    cells, verdicts = [], []
+    for budget, achieved in (("1K", 900), ("5K", 905)):
+        rec = {"question_id": "q1", "unit_ids": ["u"], "scores": [1.0], "spans": [["P", 0, achieved]],
+               "requested_chars": None, "achieved_chars": achieved, "top_k": 1,
+               "truncated": False, "context": "x" * achieved}  # fmt: skip
+        cells.append(("store", "recall", budget, _write(tmp_path / f"{budget}.jsonl", [rec])))
+        (tmp_path / f"{budget}.budget.json").write_text(json.dumps(flat[budget].to_dict()))
+        verdicts.append(tmp_path / f"{budget}.budget.json")
+    rows = retrieval_table("c", corpus, cells, tmp_path / "d.csv", tmp_path / "d.md", verdicts)
+    assert [r["budget_status"] for r in rows] == ["knob_flat", "knob_flat"]
