@@ -15,6 +15,7 @@ reported (`knob_limited`), as the paper reported Graphiti's per-channel limits.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -157,6 +158,42 @@ def _ingest_one(
     )
 
 
+PROGRESS_EVERY_S = 60.0
+
+
+@contextmanager
+def _progress(
+    name: str,
+    total: int,
+    done: Sequence[PaperIngest],
+    stats: Callable[[], dict[str, int]],
+    started: float,
+    every: float = PROGRESS_EVERY_S,
+) -> Iterator[None]:
+    """A line in the job's log every `every` seconds while papers ingest: a library that
+    takes many minutes per paper (one synchronous retain) still shows that it moves."""
+    stop = threading.Event()
+
+    def report() -> None:
+        while not stop.wait(every):
+            calls = stats()
+            log.info(
+                "%s: %d/%d paper(s) done after %.0f s; endpoint so far: %d chat request(s), "
+                "%d model call(s), %d completion token(s)",
+                name, len(done), total, time.perf_counter() - started,
+                calls.get("chat_requests", 0), calls.get("model_calls", 0),
+                calls.get("completion_tokens", 0),
+            )  # fmt: skip
+
+    thread = threading.Thread(target=report, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def ingest_store(
     system: StoreSystem,
     papers: Sequence[Paper],
@@ -176,10 +213,18 @@ def ingest_store(
         system.prepare(staging, endpoint)
         try:
             workers = max(1, concurrency if system.concurrent_papers else 1)
-            with ThreadPoolExecutor(workers) as pool:
-                outcomes = list(
-                    pool.map(lambda p: _ingest_one(system, p, staging, endpoint, retries), papers)
-                )
+            done: list[PaperIngest] = []
+
+            def one(paper: Paper) -> PaperIngest:
+                outcome = _ingest_one(system, paper, staging, endpoint, retries)
+                done.append(outcome)
+                return outcome
+
+            with (
+                _progress(system.name, len(papers), done, stats, started),
+                ThreadPoolExecutor(workers) as pool,
+            ):
+                outcomes = list(pool.map(one, papers))
         finally:
             system.finish(staging, endpoint)
         system_report = system.ingest_report(staging)

@@ -304,3 +304,19 @@ def test_doctor_gate_warn_writes_the_failed_report_and_goes_on(tmp_path) -> None
     assert result == written and written["ok"] is False and written["gate"] == "warn"
     assert [c["name"] for c in written["checks"] if c["ok"] is False] == ["channels"]
     assert not (tmp_path / "doctor.failed.json").exists()
+
+
+def test_a_long_ingest_logs_its_progress(caplog) -> None:
+    import time
+
+    from srb.store import PaperIngest, _progress
+
+    caplog.set_level("INFO", logger="srb.store")
+    done: list[PaperIngest] = []
+    stats = {"chat_requests": 7, "model_calls": 5, "completion_tokens": 900}
+    with _progress("hindsight", 2, done, lambda: stats, time.perf_counter(), every=0.05):
+        done.append(PaperIngest("P1", 10, 1, 3, None, 0.1))
+        time.sleep(0.3)
+    lines = [r.getMessage() for r in caplog.records if "paper(s) done" in r.getMessage()]
+    assert lines and lines[-1].startswith("hindsight: 1/2 paper(s) done after")
+    assert "7 chat request(s), 5 model call(s), 900 completion token(s)" in lines[-1]
