@@ -118,7 +118,7 @@ def opened_store(
     the pins are checked first, so a missing library is named with its env file."""
     system.check_installed()
     system.services = {"llm": dict(llm), "dense": dict(dense)}
-    settings = (memory.get("max_completion_tokens"), memory.get("structured_output", True))
+    settings = (system.completion_cap(), memory.get("structured_output", True))
     with memory_endpoint(llm, memory["llm"], dense, *settings) as (endpoint, _):
         handle = system.open(Path(store_dir), endpoint)
         try:

@@ -266,6 +266,15 @@ class HindsightSystem(StoreSystem):
         with private_postgres(bin_dir(record["venv"]), None, EXTENSIONS):
             pass
 
+    def completion_cap(self) -> int | None:
+        """`memory.hindsight.max_completion_tokens` when set, below the global cap: its
+        extraction answers a 3000-char chunk in a few hundred tokens, and one that runs to the
+        cap is split by Hindsight itself and asked again, so a runaway costs only the cap."""
+        caps = [self.options.get("max_completion_tokens"),
+                (self.options.get("hindsight") or {}).get("max_completion_tokens")]  # fmt: skip
+        given = [int(c) for c in caps if c]
+        return min(given) if given else None
+
     def calibrated_knob(self, budget_chars: int, native_mean_item_chars: float) -> int:
         """max_tokens for a character budget: B / CHARS_PER_TOKEN (the knob counts tokens)."""
         return max(1, math.ceil(budget_chars / CHARS_PER_TOKEN))

@@ -142,6 +142,11 @@ class StoreSystem(ABC):
             self.environment = read_env(record_file)
         return self
 
+    def completion_cap(self) -> int | None:
+        """The endpoint's cap on every answer's length for this system's calls (its ingest
+        and its search): `memory.max_completion_tokens`; a system may lower it."""
+        return self.options.get("max_completion_tokens")
+
     def check_environment(self, record: Mapping[str, Any]) -> None:  # noqa: B027
         """What rule `system_env` checks once the venv is built (services it must start)."""
 

@@ -18,7 +18,7 @@ with job_logging(snakemake.log[0], f"ingest_store[{wc.corpus}/{wc.system}]"):
         p.llm,
         p.memory["llm"],
         p.dense,
-        p.memory["max_completion_tokens"],
+        system.completion_cap(),
         p.memory["structured_output"],
     ) as (endpoint, server):
         ingest_store(
