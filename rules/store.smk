@@ -206,6 +206,5 @@ rule system_env:
         runtime=30,
     params:
         venv=lambda wc, output: str(Path(output.record).with_suffix("")),
-        log_dir=lambda wc: f"results/logs/{wc.system}-servers",
     script:
         "../workflow/scripts/system_env.py"

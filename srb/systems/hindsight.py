@@ -284,8 +284,8 @@ class HindsightSystem(StoreSystem):
         return Path(self.environment["venv"])
 
     def _log_dir(self, store_dir: Path) -> Path:
-        """The servers' own logs: beside the environment's record (rule system_env's log dir)."""
-        return Path(self.environment.get("log_dir") or store_dir.parent)
+        """The servers' own logs, in the workflow's log tree (jobs run in its directory)."""
+        return Path.cwd() / "results" / "logs" / f"{self.name}-servers"
 
     def _server(self, store_dir: Path) -> HindsightServer:
         with self._lock:

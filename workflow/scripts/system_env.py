@@ -10,6 +10,5 @@ from srb.systems import get_store_system
 wc, p, out = snakemake.wildcards, snakemake.params, snakemake.output
 with job_logging(snakemake.log[0], f"system_env[{wc.system}]"):
     record = ensure_env(wc.system, Path(snakemake.input.lock), Path(p.venv), Path(snakemake.log[0]))
-    record["log_dir"] = str(Path(p.log_dir).resolve())
     get_store_system(wc.system).check_environment(record)
     write_json(out.record, record)
