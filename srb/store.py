@@ -80,7 +80,7 @@ def memory_endpoint(
     model: str,
     dense: Mapping[str, Any],
     max_completion_tokens: int | None = None,
-    bound_schemas: bool = False,
+    bound_schemas: bool | tuple[int, int] = False,
 ) -> Iterator[tuple[Endpoint, Any]]:
     """The caching endpoint for `model` (chat) and the configured encoder (embeddings)."""
     from srb.index.dense import Encoder
@@ -118,7 +118,7 @@ def opened_store(
     the pins are checked first, so a missing library is named with its env file."""
     system.check_installed()
     system.services = {"llm": dict(llm), "dense": dict(dense)}
-    settings = (system.completion_cap(), memory.get("structured_output", True))
+    settings = (system.completion_cap(), system.schema_bounds())
     with memory_endpoint(llm, memory["llm"], dense, *settings) as (endpoint, _):
         handle = system.open(Path(store_dir), endpoint)
         try:

@@ -82,3 +82,24 @@ def test_a_stale_environment_record_is_refused(tmp_path) -> None:
         read_env(record)
     (venv / STAMP).write_text("new\n")
     assert read_env(record)["venv"] == str(venv)
+
+
+def test_its_extraction_schema_gets_tighter_bounds_than_the_endpoints_defaults() -> None:
+    from srb.llm.proxy import MAX_SCHEMA_ITEMS, MAX_SCHEMA_STRING, bounded_request, schema_bounds
+
+    system = HindsightSystem().configure({})
+    items, chars = schema_bounds(system.schema_bounds())
+    assert items < MAX_SCHEMA_ITEMS and chars < MAX_SCHEMA_STRING
+    custom = HindsightSystem().configure({"hindsight": {"max_facts": 3, "max_field_chars": 90}})
+    assert custom.schema_bounds() == (3, 90)
+    assert HindsightSystem().configure({"structured_output": False}).schema_bounds() is False
+    facts = {"type": "object", "properties": {"facts": {"type": "array", "items": {
+        "type": "object", "properties": {"what": {"type": "string"}}}}}}  # fmt: skip
+    body = {
+        "response_format": {"type": "json_schema", "json_schema": {"name": "f", "schema": facts}}
+    }
+    bounded = bounded_request(body, 3, 90)["response_format"]["json_schema"]["schema"]
+    fact_list = bounded["properties"]["facts"]
+    assert fact_list["maxItems"] == 3
+    assert fact_list["items"]["properties"]["what"]["maxLength"] == 90
+    assert "maxItems" not in facts["properties"]["facts"]  # the library's own schema untouched

@@ -347,3 +347,18 @@ def test_the_ingest_of_one_long_chain_of_calls_starts_first():
     }
     assert priority["graphiti"] > priority["theoria"] > priority["mem0"]
     assert priority["prism"] == priority["mem0"]
+
+
+def test_only_a_system_with_its_own_environment_waits_for_rule_system_env():
+    """Hindsight's jobs read the record of the venv rule system_env builds; Mem0's do not."""
+    proc = subprocess.run(
+        [*SNAKEMAKE, "-n", "--forceall"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    blocks = re.findall(r"(rule (\w+):\n(?:    .*\n)+)", proc.stdout)
+    env_jobs = [b for b, rule in blocks if rule == "system_env"]
+    assert len(env_jobs) == 1 and "output: cache/envs/hindsight.json" in env_jobs[0]
+    for block, rule in blocks:
+        if rule in ("ingest_store", "doctor_store", "restore_store"):
+            wants_env = "cache/envs/hindsight.json" in block
+            assert wants_env == ("system=hindsight" in block), block

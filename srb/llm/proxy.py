@@ -74,7 +74,7 @@ class CachingEndpoint:
         embedder: Embedder | None,
         host: str = "127.0.0.1",
         max_completion_tokens: int | None = None,
-        bound_schemas: bool = False,
+        bound_schemas: bool | tuple[int, int] = False,
     ):
         self.chat = chat
         self.embedder = embedder
@@ -118,7 +118,7 @@ class CachingEndpoint:
             return 400, _error("n > 1 is not supported by the caching endpoint")
         body = cap_completion_tokens(body, self.max_completion_tokens)
         if self.bound_schemas:
-            body = bounded_request(body)
+            body = bounded_request(body, *schema_bounds(self.bound_schemas))
         try:
             response, cached = self.chat.forward(body)
         except LLMCallError as exc:
@@ -243,32 +243,43 @@ MAX_SCHEMA_ITEMS = 12
 MAX_SCHEMA_STRING = 400
 
 
-def bound_schema(node: Any) -> Any:
+def schema_bounds(bounds: bool | tuple[int, int]) -> tuple[int, int]:
+    """(max items per array, max characters per string): the defaults, or a system's own."""
+    if isinstance(bounds, tuple):
+        return bounds
+    return MAX_SCHEMA_ITEMS, MAX_SCHEMA_STRING
+
+
+def bound_schema(
+    node: Any, max_items: int = MAX_SCHEMA_ITEMS, max_chars: int = MAX_SCHEMA_STRING
+) -> Any:
     """A copy of a JSON schema whose arrays and free strings have a maximum size. A small model
     under structured output can run away inside an unbounded array (Graphiti's
     `episode_indices` grew to 0..832 until max_tokens) and the library then drops the
     truncated JSON; bounded, the grammar makes it close the array."""
     if isinstance(node, list):
-        return [bound_schema(v) for v in node]
+        return [bound_schema(v, max_items, max_chars) for v in node]
     if not isinstance(node, dict):
         return node
-    out = {k: bound_schema(v) for k, v in node.items()}
+    out = {k: bound_schema(v, max_items, max_chars) for k, v in node.items()}
     kinds = out.get("type")
     kinds = kinds if isinstance(kinds, list) else [kinds]
     if "array" in kinds and "maxItems" not in out:
-        out["maxItems"] = MAX_SCHEMA_ITEMS
+        out["maxItems"] = max_items
     if "string" in kinds and not {"maxLength", "enum", "const", "format", "pattern"} & set(out):
-        out["maxLength"] = MAX_SCHEMA_STRING
+        out["maxLength"] = max_chars
     return out
 
 
-def bounded_request(body: dict[str, Any]) -> dict[str, Any]:
+def bounded_request(
+    body: dict[str, Any], max_items: int = MAX_SCHEMA_ITEMS, max_chars: int = MAX_SCHEMA_STRING
+) -> dict[str, Any]:
     """The request with its `response_format` JSON schema bounded (before keying)."""
     fmt = body.get("response_format") or {}
     if fmt.get("type") != "json_schema" or "schema" not in (fmt.get("json_schema") or {}):
         return body
     spec = dict(fmt["json_schema"])
-    spec["schema"] = bound_schema(spec["schema"])
+    spec["schema"] = bound_schema(spec["schema"], max_items, max_chars)
     return {**body, "response_format": {**fmt, "json_schema": spec}}
 
 
@@ -298,7 +309,7 @@ def serve_endpoint(
     chat: LLMClient,
     embedder: Embedder | None,
     max_completion_tokens: int | None = None,
-    bound_schemas: bool = False,
+    bound_schemas: bool | tuple[int, int] = False,
 ) -> Iterator[CachingEndpoint]:
     """Run a caching endpoint for the block; it is shut down however the block ends."""
     endpoint = CachingEndpoint(

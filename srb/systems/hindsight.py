@@ -53,6 +53,8 @@ START_TIMEOUT_S = 180.0
 REQUEST_TIMEOUT_S = 3600.0  # a paper's retain is one synchronous request (many LLM calls)
 PAGE = 500
 LLM_CONCURRENCY = 8  # memory.hindsight.llm_concurrency's default
+MAX_FACTS = 6  # memory.hindsight.max_facts: items per array of its extraction answer
+MAX_FIELD_CHARS = 200  # memory.hindsight.max_field_chars: characters per free-text field
 
 
 def server_environment(
@@ -274,6 +276,19 @@ class HindsightSystem(StoreSystem):
                 (self.options.get("hindsight") or {}).get("max_completion_tokens")]  # fmt: skip
         given = [int(c) for c in caps if c]
         return min(given) if given else None
+
+    def schema_bounds(self) -> bool | tuple[int, int]:
+        """Tighter bounds than the endpoint's defaults (12 items, 400 chars): each of a fact's
+        five free-text fields may otherwise fill 400 characters, 12 facts run past the answer
+        cap, and Hindsight splits the chunk and asks again, recursively (measured: 14 splits
+        and 20K generated tokens for two 13K-character papers before they were bounded)."""
+        if not self.options.get("structured_output", True):
+            return False
+        own = self.options.get("hindsight") or {}
+        return (
+            int(own.get("max_facts") or MAX_FACTS),
+            int(own.get("max_field_chars") or MAX_FIELD_CHARS),
+        )
 
     def calibrated_knob(self, budget_chars: int, native_mean_item_chars: float) -> int:
         """max_tokens for a character budget: B / CHARS_PER_TOKEN (the knob counts tokens)."""

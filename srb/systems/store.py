@@ -147,6 +147,11 @@ class StoreSystem(ABC):
         and its search): `memory.max_completion_tokens`; a system may lower it."""
         return self.options.get("max_completion_tokens")
 
+    def schema_bounds(self) -> bool | tuple[int, int]:
+        """Whether the endpoint bounds the JSON schemas this system's calls ask for
+        (`memory.structured_output`), or a system's own (max items, max string chars)."""
+        return bool(self.options.get("structured_output", True))
+
     def check_environment(self, record: Mapping[str, Any]) -> None:  # noqa: B027
         """What rule `system_env` checks once the venv is built (services it must start)."""
 

@@ -19,7 +19,7 @@ with job_logging(snakemake.log[0], f"ingest_store[{wc.corpus}/{wc.system}]"):
         p.memory["llm"],
         p.dense,
         system.completion_cap(),
-        p.memory["structured_output"],
+        system.schema_bounds(),
     ) as (endpoint, server):
         ingest_store(
             system,
