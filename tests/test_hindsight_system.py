@@ -34,6 +34,12 @@ def test_every_model_call_goes_to_the_caching_endpoint() -> None:
     assert env["HINDSIGHT_API_LLM_MAX_CONCURRENT"] == "3"
 
 
+def test_structured_output_asks_for_the_strict_schema_the_endpoint_bounds() -> None:
+    assert server_environment("u", ENDPOINT, {})["HINDSIGHT_API_LLM_STRICT_SCHEMA_RETAIN"] == "true"
+    soft = server_environment("u", ENDPOINT, {"structured_output": False})
+    assert "HINDSIGHT_API_LLM_STRICT_SCHEMA_RETAIN" not in soft  # its own json_object mode
+
+
 def test_observations_are_off_unless_configured() -> None:
     assert server_environment("u", ENDPOINT, {})["HINDSIGHT_API_ENABLE_OBSERVATIONS"] == "false"
     on = server_environment("u", ENDPOINT, {"hindsight": {"observations": True}})

@@ -11,6 +11,9 @@ Offline settings, each tested in tests/test_hindsight_system.py (`server_environ
 - chat and embeddings both on the caching endpoint (`openai` providers with its base URL): the
   default local embedder and cross-encoder reranker are hub downloads; recall reranks by RRF;
 - observations (background LLM consolidation) off unless `memory.hindsight.observations`;
+- with `memory.structured_output` (default on) retain asks for its strict JSON schema
+  (`LLM_STRICT_SCHEMA_RETAIN`) instead of the schema in the prompt with json_object mode, and
+  the endpoint bounds that schema (`schema_bounds`): a small model then cannot run away;
 - `RETAIN_MAX_COMPLETION_TOKENS` 4096 (its default 64000 is refused by a small model's server;
   it must exceed the 3000-char retain chunk or the server will not start); the endpoint cuts
   answers at `memory.max_completion_tokens` as for every system;
@@ -87,6 +90,10 @@ def server_environment(
         "HINDSIGHT_API_RETAIN_MAX_COMPLETION_TOKENS": str(RETAIN_MAX_COMPLETION_TOKENS),
         "HF_HUB_OFFLINE": "1",
     }
+    if options.get("structured_output", True):
+        # its default sends the schema in the prompt with json_object; strict json_schema lets
+        # the endpoint bound the answer (schema_bounds) and the grammar enforce it
+        env["HINDSIGHT_API_LLM_STRICT_SCHEMA_RETAIN"] = "true"
     return env
 
 
