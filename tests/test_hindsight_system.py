@@ -109,3 +109,41 @@ def test_its_extraction_schema_gets_tighter_bounds_than_the_endpoints_defaults()
     assert fact_list["maxItems"] == 3
     assert fact_list["items"]["properties"]["what"]["maxLength"] == 90
     assert "maxItems" not in facts["properties"]["facts"]  # the library's own schema untouched
+
+
+def test_a_request_that_fails_because_postgresql_died_names_its_data_directory(tmp_path) -> None:
+    """Stand-ins for the server's PostgreSQL and HTTP client (the real ones are exercised in
+    tests/test_pg.py and tests/test_store_workflow.py): only the reporting is tested here."""
+    import httpx
+
+    from srb.pg import PostgresError
+    from srb.systems.hindsight import HindsightServer
+
+    class DeadPostgres:
+        cluster, log_file = tmp_path / "pgdata", tmp_path / "server.log"
+
+        def running(self) -> bool:
+            return False
+
+        def _log_tail(self) -> str:
+            return "FATAL:  terminating connection due to administrator command"
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    server = HindsightServer.__new__(HindsightServer)
+    server.pg, server.proc = DeadPostgres(), None
+    server.client = httpx.Client(
+        base_url="http://127.0.0.1:9", transport=httpx.MockTransport(refuse)
+    )
+    with pytest.raises(PostgresError) as err:
+        server.call("POST", "/v1/default/banks/srb/memories", "retain P1", json={})
+    message = str(err.value)
+    assert "retain P1: PostgreSQL died" in message and str(tmp_path / "pgdata") in message
+    assert "server.log" in message and "administrator command" in message
+    server.client = httpx.Client(
+        base_url="http://x",
+        transport=httpx.MockTransport(lambda r: httpx.Response(500, text="boom")),
+    )
+    with pytest.raises(PostgresError, match="recall: PostgreSQL died"):
+        server.call("POST", "/recall", "recall", json={})

@@ -174,6 +174,36 @@ class HindsightServer:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
 
+    def call(self, method: str, path: str, what: str, **kwargs: Any) -> Any:
+        """One REST call; a connection failure is reported as a dead server when it is one."""
+        try:
+            resp = self.client.request(method, path, **kwargs)
+        except httpx.HTTPError:
+            self.require_alive(what)
+            raise
+        return self.check(resp, what)
+
+    def check(self, resp: httpx.Response, what: str) -> Any:
+        """The response's JSON; a failed request whose cause is a dead PostgreSQL or a dead
+        API server is reported as that, naming its data directory or log."""
+        if resp.status_code >= 400:
+            self.require_alive(what)
+        return _check(resp, what)
+
+    def require_alive(self, what: str) -> None:
+        from srb.pg import PostgresError
+
+        if not self.pg.running():
+            raise PostgresError(
+                f"hindsight {what}: PostgreSQL died (data directory {self.pg.cluster}); its log "
+                f"{self.pg.log_file}:\n{self.pg._log_tail()}"
+            )
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(
+                f"hindsight {what}: hindsight-api exited with {self.proc.returncode}; its log "
+                f"{self.log_file}:\n{self._log_tail()}"
+            )
+
     def bank_path(self, suffix: str = "") -> str:
         return f"/v1/default/banks/{BANK}{suffix}"
 
@@ -206,9 +236,8 @@ class HindsightHandle(StoreHandle):
             params: dict[str, Any] = {"limit": PAGE, "offset": len(out)}
             if document_id:
                 params["document_id"] = document_id
-            page = _check(
-                self.server.client.get(self.server.bank_path("/memories/list"), params=params),
-                "list memories",
+            page = self.server.call(
+                "GET", self.server.bank_path("/memories/list"), "list memories", params=params
             )
             got = page.get("items") or []
             out.extend(got)
@@ -235,9 +264,8 @@ class HindsightHandle(StoreHandle):
         if modality != "recall":
             raise ValueError(f"hindsight has no modality {modality!r} (recall)")
         body = {"query": query, "max_tokens": int(knob), "budget": "mid"}
-        found = _check(
-            self.server.client.post(self.server.bank_path("/memories/recall"), json=body),
-            "recall",
+        found = self.server.call(
+            "POST", self.server.bank_path("/memories/recall"), "recall", json=body
         )
         out = []
         results = found.get("results") or []
@@ -320,7 +348,7 @@ class HindsightSystem(StoreSystem):
             self._venv(), endpoint, self.options, None, self._log_dir(store_dir)
         )
         try:
-            _check(server.client.put(server.bank_path(), json={"name": BANK}), "create bank")
+            server.call("PUT", server.bank_path(), "create bank", json={"name": BANK})
         except BaseException:
             server.stop()
             raise
@@ -336,11 +364,11 @@ class HindsightSystem(StoreSystem):
             "context": paper.title or paper.id,
             "metadata": {"paper_id": paper.id},
         }
-        _check(
-            server.client.post(
-                server.bank_path("/memories"), json={"items": [item], "async": False}
-            ),
+        server.call(
+            "POST",
+            server.bank_path("/memories"),
             f"retain {paper.id}",
+            json={"items": [item], "async": False},
         )
         return len(HindsightHandle(server)._list(paper.id))
 
@@ -348,7 +376,7 @@ class HindsightSystem(StoreSystem):
         server = self._server(store_dir)
         resp = server.client.delete(server.bank_path(f"/documents/{paper.id}"))
         if resp.status_code != 404:
-            _check(resp, f"delete document {paper.id}")
+            server.check(resp, f"delete document {paper.id}")
 
     def finish(self, store_dir: Path, endpoint: Endpoint) -> None:
         with self._lock:
