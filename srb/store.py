@@ -375,7 +375,7 @@ def restore_store_cells(
             calibration = Calibration(requested, mean_item, knob, cap)
             # a store's result list is as long as the library made it: "ran short" = fewer
             # items than the knob asked for, so the store held no more
-            verdict = cell_verdict(cells, [len(c.hits) for c in raw], requested, tolerance,
+            verdict = cell_verdict(cells, system.ranking_lengths(raw), requested, tolerance,
                                    calibration)  # fmt: skip
             knob_mean = sum(c.achieved_chars for c in raw) / max(1, len(raw))
             verdict = knob_limited(verdict, knob_mean, tolerance)

@@ -91,7 +91,7 @@ class StoreDoctor:
                 knob = self.system.calibrated_knob(requested, mean_item)
                 raw = self._restore(m, knob, requested)
                 cells = [cap_restored(c, budget_cap(requested, self.tolerance)) for c in raw]
-                verdict = cell_verdict(cells, [len(c.hits) for c in raw], requested,
+                verdict = cell_verdict(cells, self.system.ranking_lengths(raw), requested,
                                        self.tolerance)  # fmt: skip
                 knob_mean = sum(c.achieved_chars for c in raw) / len(raw)
                 verdict = knob_limited(verdict, knob_mean, self.tolerance)

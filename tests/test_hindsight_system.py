@@ -147,3 +147,15 @@ def test_a_request_that_fails_because_postgresql_died_names_its_data_directory(t
     )
     with pytest.raises(PostgresError, match="recall: PostgreSQL died"):
         server.call("POST", "/recall", "recall", json={})
+
+
+def test_a_question_whose_facts_fill_the_token_knob_did_not_run_short() -> None:
+    from srb.retrieve import Restored
+
+    knob = 250  # tokens: room for ~1000 characters
+    full = Restored("q1", [("a", 2.0), ("b", 1.0)], ["x" * 500, "y" * 310], 1000, knob, False)
+    short = Restored("q2", [("a", 1.0)], ["x" * 300], 1000, knob, False)
+    # two facts that fill 810 of ~1000 characters: recall gave what the knob allowed
+    assert HindsightSystem().ranking_lengths([full, short]) == [knob, 1]
+    # a knob that counts items compares the number of hits (the contract's default)
+    assert get_store_system("mem0").ranking_lengths([full, short]) == [2, 1]

@@ -36,7 +36,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -324,6 +324,15 @@ class HindsightSystem(StoreSystem):
             int(own.get("max_facts") or MAX_FACTS),
             int(own.get("max_field_chars") or MAX_FIELD_CHARS),
         )
+
+    def ranking_lengths(self, raw: Sequence[Any]) -> list[int]:
+        """max_tokens counts tokens, not facts: recall fills it up to its last whole fact, so a
+        question whose facts fill under 3/4 of the knob's characters had no more to give
+        (ran short); one that fills more did not, however few facts that took."""
+        return [
+            c.top_k if c.achieved_chars >= 0.75 * c.top_k * CHARS_PER_TOKEN else len(c.hits)
+            for c in raw
+        ]
 
     def calibrated_knob(self, budget_chars: int, native_mean_item_chars: float) -> int:
         """max_tokens for a character budget: B / CHARS_PER_TOKEN (the knob counts tokens)."""

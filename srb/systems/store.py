@@ -147,6 +147,13 @@ class StoreSystem(ABC):
         and its search): `memory.max_completion_tokens`; a system may lower it."""
         return self.options.get("max_completion_tokens")
 
+    def ranking_lengths(self, raw: Sequence[Any]) -> list[int]:
+        """How many items each question's search could give (srb.retrieve.Restored before the
+        cap): the budget verdict calls a question "ran short" when this is below the knob,
+        so a store that held no more is depth-limited, not under budget. The knob counts
+        items here; a system whose knob counts something else overrides this."""
+        return [len(c.hits) for c in raw]
+
     def schema_bounds(self) -> bool | tuple[int, int]:
         """Whether the endpoint bounds the JSON schemas this system's calls ask for
         (`memory.structured_output`), or a system's own (max items, max string chars)."""
