@@ -31,6 +31,7 @@ MODALITIES = config["modalities"]
 MEMORY = config["memory"]
 STORE_SYSTEMS = MEMORY["systems"]
 from srb.systems import store_registry  # noqa: E402
+from srb.systems.store import ENVS_DIR  # noqa: E402  (the project's envs/, wherever it runs)
 
 STORE_MODALITIES = {s: list(store_registry()[s].modalities) for s in STORE_SYSTEMS}
 # systems answering with their own prompt (internal synthesis, e.g. Prism): native cells only

@@ -189,7 +189,7 @@ rule system_env:
     full lock in envs/ and reused while the lock is unchanged; PostgreSQL's extensions are
     checked here, before any ingest job runs."""
     input:
-        lock="envs/{system}.txt",
+        lock=lambda wc: str(ENVS_DIR / f"{wc.system}.txt"),
     output:
         record=f"{MEMORY['envs_dir']}/{{system}}.json",
     log:
