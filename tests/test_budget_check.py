@@ -241,7 +241,8 @@ def test_a_knob_that_follows_the_budget_and_an_empty_cell_are_left_alone() -> No
 # ------------------------------------------------------------ diagnostics mark and gate
 
 
-def test_diagnostics_mark_cells_and_gate_an_inert_knob(tmp_path: Path) -> None:
+def _one_paper_corpus(tmp_path: Path) -> Path:
+    """A canonical corpus of one 5,000-character paper and one question about it."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     paper = {"id": "P", "title": "t", "text": "x" * 5000, "source": "s", "licence": "CC-BY"}
@@ -250,6 +251,11 @@ def test_diagnostics_mark_cells_and_gate_an_inert_knob(tmp_path: Path) -> None:
     _write(corpus / "papers.jsonl", [paper])
     _write(corpus / "questions.jsonl", [question])
     (corpus / "manifest.json").write_text(json.dumps({"n_papers": 1, "n_questions": 1}))
+    return corpus
+
+
+def test_diagnostics_mark_cells_and_gate_an_inert_knob(tmp_path: Path) -> None:
+    corpus = _one_paper_corpus(tmp_path)
     cells, verdicts = [], []
     for budget, achieved in (("native", 900), ("1K", 900), ("5K", 905)):
         rec = {"question_id": "q1", "unit_ids": ["u"], "scores": [1.0], "spans": [["P", 0, achieved]],
@@ -279,14 +285,7 @@ def test_diagnostics_mark_cells_and_gate_an_inert_knob(tmp_path: Path) -> None:
 
 
 def test_diagnostics_report_a_flat_library_knob_without_failing(tmp_path: Path) -> None:
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    paper = {"id": "P", "title": "t", "text": "x" * 5000, "source": "s", "licence": "CC-BY"}
-    question = {"id": "q1", "question": "?", "gold_answer": "a", "must_have": [],
-                "paper_ids": ["P"], "tier": "L1", "types": ["factual"], "evidence": []}  # fmt: skip
-    _write(corpus / "papers.jsonl", [paper])
-    _write(corpus / "questions.jsonl", [question])
-    (corpus / "manifest.json").write_text(json.dumps({"n_papers": 1, "n_questions": 1}))
+    corpus = _one_paper_corpus(tmp_path)
     flat = mark_knob_flat({"1K": _store_verdict(1000, 900), "5K": _store_verdict(5000, 905)}, 0.25)
     cells, verdicts = [], []
     for budget, achieved in (("1K", 900), ("5K", 905)):
