@@ -31,7 +31,9 @@ MODALITIES = config["modalities"]
 MEMORY = config["memory"]
 STORE_SYSTEMS = MEMORY["systems"]
 from srb.systems import store_registry  # noqa: E402
-from srb.systems.store import ENVS_DIR  # noqa: E402  (the project's envs/, wherever it runs)
+
+# the project's envs/, wherever the workflow runs
+from srb.systems.store import ENVS_DIR  # noqa: E402
 
 STORE_MODALITIES = {s: list(store_registry()[s].modalities) for s in STORE_SYSTEMS}
 # systems answering with their own prompt (internal synthesis, e.g. Prism): native cells only
