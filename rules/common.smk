@@ -36,18 +36,32 @@ from srb.systems import store_registry  # noqa: E402
 from srb.systems.store import ENVS_DIR  # noqa: E402
 
 STORE_MODALITIES = {s: list(store_registry()[s].modalities) for s in STORE_SYSTEMS}
-# systems answering with their own prompt (internal synthesis, e.g. Prism): native cells only
-INTERNAL_SYNTHESIS = [
-    s for s in STORE_SYSTEMS if store_registry()[s].internal_synthesis
+# cells answering with the system's own prompt (internal synthesis: Prism, Cognee's
+# graph_completion), as "system/modality": native cells only
+INTERNAL_CELLS = [
+    f"{s}/{m}"
+    for s in STORE_SYSTEMS
+    for m in STORE_MODALITIES[s]
+    if store_registry()[s].answers_itself(m)
 ]
+INTERNAL_SYSTEMS = sorted({c.split("/")[0] for c in INTERNAL_CELLS})
 ALL_SYSTEMS = [*SYSTEMS, *STORE_SYSTEMS]
 UNIT_PATTERN = "|".join(map(re.escape, SYSTEMS)) or "(?!)"
 STORE_PATTERN = "|".join(map(re.escape, STORE_SYSTEMS)) or "(?!)"
+# restore_store: systems with a budgeted modality; restore_store_native: those with an
+# internal one (ruleorder picks the native rule for an internal cell of a mixed system)
 BUDGETED_STORE_PATTERN = (
-    "|".join(re.escape(s) for s in STORE_SYSTEMS if s not in INTERNAL_SYNTHESIS)
+    "|".join(
+        re.escape(s)
+        for s in STORE_SYSTEMS
+        if any(f"{s}/{m}" not in INTERNAL_CELLS for m in STORE_MODALITIES[s])
+    )
     or "(?!)"
 )
-NATIVE_STORE_PATTERN = "|".join(map(re.escape, INTERNAL_SYNTHESIS)) or "(?!)"
+NATIVE_STORE_PATTERN = "|".join(map(re.escape, INTERNAL_SYSTEMS)) or "(?!)"
+INTERNAL_MODALITY_PATTERN = (
+    "|".join(sorted({re.escape(c.split("/")[1]) for c in INTERNAL_CELLS})) or "(?!)"
+)
 # store systems whose library runs from a venv of its own (rule system_env)
 OWN_ENV_SYSTEMS = [s for s in STORE_SYSTEMS if store_registry()[s].own_environment]
 OWN_ENV_PATTERN = "|".join(map(re.escape, OWN_ENV_SYSTEMS)) or "(?!)"
@@ -119,13 +133,19 @@ def retrieval_grid(systems=None):
         (s, m, b)
         for s in (ALL_SYSTEMS if systems is None else systems)
         for m in system_modalities(s)
-        for b in system_budgets(s)
+        for b in cell_budgets(s, m)
     ]
 
 
+def cell_budgets(system, modality):
+    """Every budget, or the native one only for a cell the system answers by itself."""
+    return ["native"] if f"{system}/{modality}" in INTERNAL_CELLS else BUDGETS
+
+
 def system_budgets(system):
-    """Every budget, or the native one only for a system that answers by itself."""
-    return ["native"] if system in INTERNAL_SYNTHESIS else BUDGETS
+    """The budgets any of the system's modalities restores (the doctor's calibration)."""
+    found = {b for m in system_modalities(system) for b in cell_budgets(system, m)}
+    return [b for b in BUDGETS if b in found] or ["native"]
 
 
 def retrieval_cells(corpus):
@@ -274,7 +294,7 @@ def file_hash(*paths):
     return digest.hexdigest()[:16]
 
 
-def llm_params(model, role, system=None):
+def llm_params(model, role, system=None, modality=None):
     """The part of `llm` config a job depends on: its own model and templates only, so editing
     a judge's settings never reruns synthesis (and vice versa). A system with internal
     synthesis answers with its own prompt (`llm.prompts.<system>`)."""
@@ -289,7 +309,7 @@ def llm_params(model, role, system=None):
         prompts = ["judge"]
     out = {k: LLM[k] for k in keep}
     out["prompts"] = {k: LLM["prompts"][k] for k in prompts}
-    if role == "synthesize" and system in INTERNAL_SYNTHESIS:
+    if role == "synthesize" and f"{system}/{modality}" in INTERNAL_CELLS:
         out["prompts"]["synthesize"] = system_prompt(system)
     out["models"] = {model: LLM["models"][model]}
     return out
@@ -307,7 +327,7 @@ def system_prompt(system):
 def synthesis_templates(wildcards):
     first = (
         system_prompt(wildcards.system)
-        if wildcards.system in INTERNAL_SYNTHESIS
+        if f"{wildcards.system}/{wildcards.modality}" in INTERNAL_CELLS
         else PROMPTS["synthesize"]
     )
     return [first, PROMPTS["synthesize_base"]]

@@ -60,6 +60,6 @@ rule leaderboard:
         grid=lambda wc: judged_cells(wc.judge),
         partial=lambda wc: len(judged_cells(wc.judge)) < len(llm_cells()),
         systems=LLM["systems"] if LLM else [],
-        internal=INTERNAL_SYNTHESIS,
+        internal=INTERNAL_CELLS,
     script:
         "../workflow/scripts/leaderboard.py"

@@ -122,8 +122,12 @@ rule restore_store:
         "../workflow/scripts/restore_store.py"
 
 
+# a system with both kinds of cells (Cognee): its internal one is native only
+ruleorder: restore_store_native > restore_store
+
+
 rule restore_store_native:
-    """The native cell of a system that answers by itself (internal synthesis: no budgets)."""
+    """The native cell of a modality the system answers by itself (internal synthesis)."""
     input:
         questions="results/{corpus}/corpus/questions.jsonl",
         store="results/{corpus}/store/{system}",
@@ -139,6 +143,7 @@ rule restore_store_native:
         "results/logs/restore_store_native/{corpus}/{system}/{modality}.log",
     wildcard_constraints:
         system=NATIVE_STORE_PATTERN,
+        modality=INTERNAL_MODALITY_PATTERN,
     conda:
         "../envs/srb.yaml"
     threads: 1

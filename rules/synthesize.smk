@@ -40,7 +40,7 @@ rule synthesize:
         mem_mb=4000,
         runtime=120,
     params:
-        llm=lambda wc: llm_params(wc.synth, "synthesize", wc.system),
+        llm=lambda wc: llm_params(wc.synth, "synthesize", wc.system, wc.modality),
         cell_questions=lambda wc: wc.system in STORE_SYSTEMS,
         template_hash=lambda wc: file_hash(*synthesis_templates(wc)),
     script:

@@ -66,8 +66,8 @@ def build_leaderboard(
 ) -> list[dict[str, Any]]:
     """Rows per system/modality; with `doctor_reports` (system -> report) each row says
     whether its system's doctor passed (a store system's may have failed under
-    `memory.doctor_gate: warn`). Systems in `internal_synthesis` answered with their own
-    prompt (Prism): marked, and their budget columns say why they are empty."""
+    `memory.doctor_gate: warn`). Cells in `internal_synthesis` ("system/modality") answered
+    with the system's own prompt (Prism, Cognee's graph_completion): marked, and their budget columns say why they are empty."""
     tiers = {q.id: q.tier for q in load_canonical(corpus_dir).questions}
     doctor = {
         s: doctor_status(json.loads(Path(f).read_text())) for s, f in (doctor_reports or {}).items()
@@ -81,7 +81,9 @@ def build_leaderboard(
             {
                 "system": system,
                 "modality": modality,
-                "synthesis": "internal" if system in internal_synthesis else "external",
+                "synthesis": (
+                    "internal" if f"{system}/{modality}" in internal_synthesis else "external"
+                ),
                 "doctor": doctor.get(system),
             },
         )
@@ -144,7 +146,7 @@ def write_leaderboard(
         "knob overshot and the cell was cut to the cap); n_questions: memory systems answer "
         "their slice's questions only; n_invalid: judgments that could not be parsed after "
         "retries (excluded from scores); synthesis: external = the fixed synthesizer with the "
-        "shared prompt; internal = the system's own answer prompt (Prism), native only, so its "
+        "shared prompt; internal = the system's own answer prompt (Prism, Cognee's graph_completion), native only, so its "
         "budget columns are n/a; doctor: the system's pre-run doctor (FAILED checks are "
         "named when the run went on under memory.doctor_gate: warn)."
     )

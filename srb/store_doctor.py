@@ -78,7 +78,8 @@ class StoreDoctor:
             return Check(2, "budget_match", False, "no probe question lies in the memory slice")
         seen: dict[str, Any] = {}
         bad, noted = [], []
-        for m in self.searchable:
+        # a modality the system answers by itself has native cells only: nothing to calibrate
+        for m in (m for m in self.searchable if not self.system.answers_itself(m)):
             native = [c.to_record(self.ranker.units) for c in
                       self._restore(m, self.system.native_knob)]  # fmt: skip
             mean_item = mean_unit_chars(native)

@@ -427,7 +427,7 @@ def test_internal_synthesis_is_marked_and_its_budgets_say_why_they_are_empty(
 ) -> None:
     j, c = write_cell(tmp_path, "prism", uniform(6.0), flat(3000))
     cells = [*cells, ("prism", "native", "native", j, c)]
-    rows = {r["system"]: r for r in build_leaderboard(corpus_dir, cells, None, ["prism"])}
+    rows = {r["system"]: r for r in build_leaderboard(corpus_dir, cells, None, ["prism/native"])}
     assert rows["prism"]["synthesis"] == "internal"
     assert rows["prism"]["2K_budget"] == "n/a: internal synthesis"
     assert rows["simple_rag"]["synthesis"] == "external"

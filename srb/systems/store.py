@@ -116,6 +116,9 @@ class StoreSystem(ABC):
     concurrent_papers: bool = True
     #: the system answers with its own prompt (internal synthesis): native cells only
     internal_synthesis: bool = False
+    #: modalities that answer by internal synthesis when the others do not (Cognee's
+    #: graph_completion beside its budgeted chunks)
+    internal_modalities: tuple[str, ...] = ()
     #: settings for services the system starts itself (the workflow's `llm` and `dense`
     #: config, set by srb.store.opened_store): a service opens its own caching endpoint
     services: Mapping[str, Any] = {}
@@ -126,6 +129,10 @@ class StoreSystem(ABC):
     own_environment: bool = False
     #: that venv's record (srb.system_env.ensure_env), set by `use_environment`
     environment: Mapping[str, Any] = {}
+
+    def answers_itself(self, modality: str) -> bool:
+        """Whether `modality`'s cells are answered with the system's own prompt (native only)."""
+        return self.internal_synthesis or modality in self.internal_modalities
 
     def configure(self, memory: Mapping[str, Any]) -> StoreSystem:
         """Take the workflow's `memory` config (options such as `structured_output`)."""
