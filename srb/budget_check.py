@@ -70,11 +70,29 @@ class BudgetVerdict:
         return out
 
 
-def knob_limited(verdict: BudgetVerdict, knob_mean: float, tolerance: float) -> BudgetVerdict:
-    """Mark an otherwise acceptable store-system cell whose knob alone overshot the cap."""
+def knob_limited(
+    verdict: BudgetVerdict, knob_mean: float, tolerance: float, item_chars: float | None = None
+) -> BudgetVerdict:
+    """Mark an otherwise acceptable store-system cell whose knob alone overshot the cap. When
+    its items are so coarse that no whole number of them fits the window (Cognee's chunks at a
+    small budget), the knob could not have done better: `granularity_limited`, by name."""
     over = knob_mean > verdict.requested * (1 + tolerance) + 1e-9
     if verdict.failed or not over:
         return replace(verdict, knob_mean=knob_mean)
+    item_chars = item_chars or verdict.mean_unit_chars
+    if item_chars and not whole_units_can_reach(verdict.requested, item_chars, tolerance):
+        return replace(
+            verdict,
+            status="granularity_limited",
+            reason=(
+                f"the library's knob moves in whole ~{item_chars:.0f}-char items and no whole "
+                f"number of them fits within {tolerance:.0%} of the {verdict.requested} budget: "
+                f"it returned {knob_mean:.0f} chars on average, cut to {1 + tolerance:.2f} x B, "
+                f"achieved mean {verdict.achieved_mean:.0f}"
+            ),
+            knob_mean=knob_mean,
+            mean_unit_chars=item_chars,
+        )
     return replace(
         verdict,
         status="knob_limited",

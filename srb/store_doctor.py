@@ -95,7 +95,7 @@ class StoreDoctor:
                 verdict = cell_verdict(cells, self.system.ranking_lengths(raw), requested,
                                        self.tolerance)  # fmt: skip
                 knob_mean = sum(c.achieved_chars for c in raw) / len(raw)
-                verdict = knob_limited(verdict, knob_mean, self.tolerance)
+                verdict = knob_limited(verdict, knob_mean, self.tolerance, mean_item)
                 seen[f"{m}/{b}"] = {"knob": knob, **verdict.to_dict()}
                 if verdict.status in ("empty", "over_budget"):
                     bad.append(f"{m}/{b}: {verdict.status}: {verdict.reason}")

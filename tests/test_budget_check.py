@@ -297,3 +297,14 @@ def test_diagnostics_report_a_flat_library_knob_without_failing(tmp_path: Path) 
         verdicts.append(tmp_path / f"{budget}.budget.json")
     rows = retrieval_table("c", corpus, cells, tmp_path / "d.csv", tmp_path / "d.md", verdicts)
     assert [r["budget_status"] for r in rows] == ["knob_flat", "knob_flat"]
+
+
+def test_items_too_coarse_for_the_window_are_named_granularity_not_knob() -> None:
+    """Cognee's chunks: one ~2,000-char chunk for a 1K budget (window 750-1,250) overshoots,
+    and no whole number of chunks could land inside; a 600-char item could (2 items = 1,200)."""
+    coarse = knob_limited(budget_verdict(1000, [1250], [False], 0.25), 2000, 0.25, 2000.0)
+    assert coarse.status == "granularity_limited"
+    assert "whole ~2000-char items" in coarse.reason and coarse.knob_mean == 2000
+    assert not coarse.failed
+    fine = knob_limited(budget_verdict(1000, [1250], [False], 0.25), 1800, 0.25, 600.0)
+    assert fine.status == "knob_limited"

@@ -63,9 +63,9 @@ def store_config(root: Path, corpus: Path, papers: int = 2) -> Path:
         budgets=["native", "2K"],
         llm=llm,
         memory={
-            "systems": ["mem0", "graphiti", "theoria", "prism", "hindsight"],
+            "systems": ["mem0", "graphiti", "theoria", "prism", "hindsight", "cognee"],
             "papers": papers,
-            # Hindsight's venv: the one `make run` builds, reused while its lock holds
+            # Hindsight's and Cognee's venvs: those `make run` builds, reused while their locks hold
             "envs_dir": str(REPO / "cache/envs"),
             "llm": "qwen2.5-coder-0.5b",
             "max_completion_tokens": 1024,
@@ -75,11 +75,13 @@ def store_config(root: Path, corpus: Path, papers: int = 2) -> Path:
     )
 
 
-SYSTEMS = ("mem0", "graphiti", "theoria", "prism", "hindsight")
+SYSTEMS = ("mem0", "graphiti", "theoria", "prism", "hindsight", "cognee")
 #: cells restored through the store (Theoria's through its service, started by the job)
 CELLS = (
     "results/tiny/retrieval/theoria/hybrid/2K.jsonl",
     "results/tiny/retrieval/prism/native/native.jsonl",
+    "results/tiny/retrieval/cognee/chunks/2K.jsonl",
+    "results/tiny/retrieval/cognee/graph_completion/native.jsonl",
 )
 
 
@@ -189,3 +191,22 @@ def test_theoria_cells_came_through_its_service_and_prism_is_native_only(ingeste
     assert report["extraction_passes"] == 5 * 2  # one chunk per short paper, five aspects
     assert report["layers"]["counts"]["evidence"] > 0
     assert stop_servers(root / "cache/servers") >= 0
+
+
+def test_cognee_ingests_through_its_own_venv_and_both_modalities_restore(ingested) -> None:
+    """Cognee's ECL pipeline ran in its venv's worker with every call on the endpoint; its
+    chunks cell has budgets, its graph_completion cell is native only (internal synthesis)."""
+    root, cold_all, _, _ = ingested
+    cold = cold_all["cognee"]
+    assert cold["papers"] == 2 and cold["papers_failed"] == 0, cold["failed"]
+    calls = cold["model_calls"]
+    # per paper at least its graph extraction and its chunk summary
+    assert calls["model_calls"] >= 4 and calls["failed_requests"] == 0
+    assert calls["embedding_requests"] > 0  # Cognee's embeddings came to the endpoint too
+    assert cold["items_by_kind"]["chunk"] == 2  # one chunk per one-sentence paper
+    assert cold["items_by_kind"]["edge"] > 0
+    for cell in ("chunks/2K", "graph_completion/native"):
+        rows = [json.loads(line) for line in
+                (root / f"results/tiny/retrieval/cognee/{cell}.jsonl").read_text().splitlines()]
+        assert rows and all(r["context"] for r in rows), cell
+    assert not (root / "results/tiny/retrieval/cognee/graph_completion/2K.jsonl").exists()

@@ -358,9 +358,32 @@ def test_only_a_system_with_its_own_environment_waits_for_rule_system_env():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     blocks = re.findall(r"(rule (\w+):\n(?:    .*\n)+)", proc.stdout)
-    env_jobs = [b for b, rule in blocks if rule == "system_env"]
-    assert len(env_jobs) == 1 and "output: cache/envs/hindsight.json" in env_jobs[0]
+    env_jobs = sorted(b for b, rule in blocks if rule == "system_env")
+    assert len(env_jobs) == 2
+    assert "output: cache/envs/cognee.json" in env_jobs[0]
+    assert "output: cache/envs/hindsight.json" in env_jobs[1]
     for block, rule in blocks:
-        if rule in ("ingest_store", "doctor_store", "restore_store"):
-            wants_env = "cache/envs/hindsight.json" in block
-            assert wants_env == ("system=hindsight" in block), block
+        if rule in ("ingest_store", "doctor_store", "restore_store", "restore_store_native"):
+            for system in ("hindsight", "cognee"):
+                wants_env = f"cache/envs/{system}.json" in block
+                assert wants_env == (f"system={system}" in block), block
+
+
+def test_cognees_graph_completion_is_native_and_answered_with_its_own_prompt():
+    """A system with both kinds of cells: chunks get every budget and the shared prompt,
+    graph_completion only a native cell (restore_store_native) answered with Cognee's prompt."""
+    proc = subprocess.run(
+        [*SNAKEMAKE, "-n", "--forceall", "-p"], cwd=REPO, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    blocks = re.findall(r"(rule (\w+):\n(?:    .*\n)+)", proc.stdout)
+    restores = {rule: b for b, rule in blocks if "system=cognee" in b and "restore_store" in rule}
+    assert "modality=chunks" in restores["restore_store"]
+    assert "retrieval/cognee/chunks/2K.jsonl" in restores["restore_store"]
+    assert "modality=graph_completion" in restores["restore_store_native"]
+    answers = [b for b, rule in blocks if rule == "synthesize" and "system=cognee" in b]
+    assert sorted(re.search(r"budget=(\w+)", b).group(1) for b in answers
+                  if "modality=graph_completion" in b) == ["native"]  # fmt: skip
+    assert all("config/prompts/cognee.md" in b for b in answers if "graph_completion" in b)
+    assert not any("config/prompts/cognee.md" in b for b in answers if "modality=chunks" in b)
