@@ -206,7 +206,11 @@ def test_cognee_ingests_through_its_own_venv_and_both_modalities_restore(ingeste
     assert cold["items_by_kind"]["chunk"] == 2  # one chunk per one-sentence paper
     assert cold["items_by_kind"]["edge"] > 0
     for cell in ("chunks/2K", "graph_completion/native"):
-        rows = [json.loads(line) for line in
-                (root / f"results/tiny/retrieval/cognee/{cell}.jsonl").read_text().splitlines()]
+        rows = [
+            json.loads(line)
+            for line in (root / f"results/tiny/retrieval/cognee/{cell}.jsonl")
+            .read_text()
+            .splitlines()
+        ]
         assert rows and all(r["context"] for r in rows), cell
     assert not (root / "results/tiny/retrieval/cognee/graph_completion/2K.jsonl").exists()
