@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,6 +52,13 @@ def test_its_files_live_in_the_store_and_nothing_reaches_a_hub(tmp_path) -> None
     assert env["ENABLE_BACKEND_ACCESS_CONTROL"] == "false"  # one store, not one per dataset
     # Cognee loads the tokenizer of the repo it is told the embedding model is
     assert env["EMBEDDING_MODEL"] == "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def test_its_directories_are_absolute_whatever_the_store_path(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the workflow names stores relative to its directory
+    env = worker_environment(Path("results/store"), Path("hf"), ENDPOINT)
+    assert env["DATA_ROOT_DIRECTORY"] == str(tmp_path / "results/store/data")
+    assert env["HF_HOME"] == str(tmp_path / "hf")
 
 
 def test_the_encoders_tokenizer_is_found_offline_as_a_hub_repo(tmp_path, monkeypatch) -> None:

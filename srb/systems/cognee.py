@@ -99,7 +99,8 @@ def worker_environment(
     store: Path, hf_home: Path, endpoint: Endpoint, options: Mapping[str, Any] | None = None
 ) -> dict[str, str]:
     """Everything Cognee reads from the environment: where its files live, the endpoint, and
-    the offline settings (see the module docstring)."""
+    the offline settings (see the module docstring). Cognee refuses relative directories."""
+    store, hf_home = Path(store).resolve(), Path(hf_home).resolve()
     env = {
         "SRB_COGNEE_STORE": str(store),
         "SYSTEM_ROOT_DIRECTORY": str(store / "system"),
@@ -223,7 +224,7 @@ class CogneeWorker:
     ):
         from srb.pg import die_with_parent
 
-        self.store = store
+        self.store = store = Path(store).resolve()
         self._tmp = tempfile.TemporaryDirectory(prefix="srb-cognee-hf-")
         hf_home = tokenizer_cache(endpoint.embedding_model, Path(self._tmp.name))
         log_dir.mkdir(parents=True, exist_ok=True)
