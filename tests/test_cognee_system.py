@@ -211,3 +211,10 @@ def test_graph_completion_is_answered_by_cognee_and_chunks_by_the_shared_synthes
     assert system.modalities == ("chunks", "graph_completion")
     assert system.answers_itself("graph_completion") and not system.answers_itself("chunks")
     assert system.own_environment and not system.concurrent_papers
+
+
+def test_its_answer_schemas_get_tighter_bounds_than_the_endpoints_defaults() -> None:
+    system = CogneeSystem().configure({})
+    assert system.schema_bounds() == (6, 120)
+    assert CogneeSystem().configure({"cognee": {"max_items": 4}}).schema_bounds() == (4, 120)
+    assert CogneeSystem().configure({"structured_output": False}).schema_bounds() is False

@@ -59,6 +59,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
 SNAPSHOT = "0" * 40  # the synthesized cache's one revision
 STORE_MARK = "srb-papers.json"  # written by the worker: Cognee data id -> paper id
 NATIVE_TOP_K = 15  # cognee.search's default top_k
+MAX_ITEMS = 6  # memory.cognee.max_items: items per array of its answer schemas
+MAX_FIELD_CHARS = 120  # memory.cognee.max_field_chars: characters per string field
 
 
 class CogneeError(RuntimeError):
@@ -332,6 +334,19 @@ class CogneeSystem(StoreSystem):
     own_environment = True
     #: one worker adds and cognifies papers one at a time (one dataset, one set of files)
     concurrent_papers = False
+
+    def schema_bounds(self) -> bool | tuple[int, int]:
+        """Tighter bounds than the endpoint's defaults (12 items, 400 chars): a chunk's graph
+        (nodes with id, name, type and description; edges) filled to those bounds runs past
+        the answer cap, and one runaway answer holds a paper's cognify for minutes (measured:
+        3 of a paper's 13 requests generating alone at ~5 tokens/s for 10 minutes)."""
+        if not self.options.get("structured_output", True):
+            return False
+        own = self.options.get("cognee") or {}
+        return (
+            int(own.get("max_items") or MAX_ITEMS),
+            int(own.get("max_field_chars") or MAX_FIELD_CHARS),
+        )
 
     def __init__(self) -> None:
         self._workers: dict[Path, CogneeWorker] = {}
