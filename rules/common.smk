@@ -38,13 +38,14 @@ from srb.systems.store import ENVS_DIR  # noqa: E402
 STORE_MODALITIES = {s: list(store_registry()[s].modalities) for s in STORE_SYSTEMS}
 # cells answering with the system's own prompt (internal synthesis: Prism, Cognee's
 # graph_completion), as "system/modality": native cells only
-INTERNAL_CELLS = [
-    f"{s}/{m}"
+INTERNAL_PAIRS = [
+    (s, m)
     for s in STORE_SYSTEMS
     for m in STORE_MODALITIES[s]
     if store_registry()[s].answers_itself(m)
 ]
-INTERNAL_SYSTEMS = sorted({c.split("/")[0] for c in INTERNAL_CELLS})
+INTERNAL_CELLS = [f"{s}/{m}" for s, m in INTERNAL_PAIRS]
+INTERNAL_SYSTEMS = sorted({s for s, _ in INTERNAL_PAIRS})
 ALL_SYSTEMS = [*SYSTEMS, *STORE_SYSTEMS]
 UNIT_PATTERN = "|".join(map(re.escape, SYSTEMS)) or "(?!)"
 STORE_PATTERN = "|".join(map(re.escape, STORE_SYSTEMS)) or "(?!)"
@@ -60,7 +61,7 @@ BUDGETED_STORE_PATTERN = (
 )
 NATIVE_STORE_PATTERN = "|".join(map(re.escape, INTERNAL_SYSTEMS)) or "(?!)"
 INTERNAL_MODALITY_PATTERN = (
-    "|".join(sorted({re.escape(c.split("/")[1]) for c in INTERNAL_CELLS})) or "(?!)"
+    "|".join(sorted({re.escape(m) for _, m in INTERNAL_PAIRS})) or "(?!)"
 )
 # store systems whose library runs from a venv of its own (rule system_env)
 OWN_ENV_SYSTEMS = [s for s in STORE_SYSTEMS if store_registry()[s].own_environment]
