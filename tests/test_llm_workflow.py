@@ -53,7 +53,8 @@ def llm_config(tmp: Path, **overrides) -> dict:
         "models_dir": str(REPO / "cache/models"),
         "servers_dir": str(tmp / "cache/servers"),
         "prompts": {
-            k: str(prompt_copy(tmp, k)) for k in ("synthesize", "synthesize_base", "judge", "prism", "cognee")
+            k: str(prompt_copy(tmp, k))
+            for k in ("synthesize", "synthesize_base", "judge", "prism", "cognee")
         },
         "models": {
             "smollm2-135m": {

@@ -303,8 +303,8 @@ def test_default_runs_the_ingest_model_before_any_synthesis_or_llm_judge():
     (phase,) = [n for n, r in rule_of.items() if r == "end_llm_phase"]
     before = [r for n, r in rule_of.items() if r in ("ingest_store", "sequential_theoria_observe")]
     assert (
-        sorted(parents[phase]) == sorted(set(before)) and len(before) == 6
-    )  # 5 store systems + the observing job
+        sorted(parents[phase]) == sorted(set(before)) and len(before) == 7
+    )  # 6 store systems + the observing job
     (answering,) = [n for n, r in rule_of.items() if r == "sequential_theoria"]
     assert parents[answering] >= {"end_llm_phase", "sequential_theoria_observe"}
     synth = [n for n, r in rule_of.items() if r == "synthesize"]

@@ -185,9 +185,8 @@ def _llm(**changes: Any) -> dict[str, Any]:
     """The shipped default's llm section with `changes` applied (dotted keys go one level)."""
     llm = yaml.safe_load((REPO / "config/config.yaml").read_text())["llm"]
     llm = json.loads(json.dumps(llm))
-    llm["prompts"] = {
-        role: str(REPO / "config/prompts" / f"{role}.md")
-        for role in ("synthesize", "synthesize_base", "judge", "prism")
+    llm["prompts"] = {  # every shipped prompt, by absolute path (the cases run elsewhere)
+        f.stem: str(f) for f in sorted((REPO / "config/prompts").glob("*.md"))
     }
     for key, value in changes.items():
         head, _, tail = key.partition(".")
