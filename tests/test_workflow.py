@@ -84,7 +84,9 @@ def write_config(root: Path, corpus: Path, **overrides) -> Path:
     return path
 
 
-def snakemake(workdir: Path, config: Path, *args: str) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, config: Path, *args: str, timeout: int = 900
+) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -93,7 +95,7 @@ def snakemake(workdir: Path, config: Path, *args: str) -> subprocess.CompletedPr
     return subprocess.run(
         [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
          "--configfile", str(config), "--cores", "2", *args],
-        capture_output=True, text=True, env=env, timeout=900,
+        capture_output=True, text=True, env=env, timeout=timeout,
     )  # fmt: skip
 
 
