@@ -299,17 +299,24 @@ class CogneeHandle(StoreHandle):
     def __init__(self, worker: CogneeWorker, private: tempfile.TemporaryDirectory[str]):
         self.worker, self._private = worker, private
         self._graph: dict[str, Any] | None = None
+        self._attribution: dict[str, tuple[str, ...]] | None = None
 
     def graph(self) -> dict[str, Any]:
         if self._graph is None:
             self._graph = self.worker.call("graph")
         return self._graph
 
+    def attribution(self) -> dict[str, tuple[str, ...]]:
+        """Node -> papers, once per opened store (every search of a cell needs it)."""
+        if self._attribution is None:
+            self._attribution = paper_attribution(self.graph())
+        return self._attribution
+
     def items(self) -> list[Item]:
         return export_items(self.graph())
 
     def search(self, query: str, modality: str, knob: int) -> list[Item]:
-        attribution = paper_attribution(self.graph())
+        attribution = self.attribution()
         if modality == "chunks":
             return search_items(self.worker.call("chunks", query=query, top_k=int(knob)),
                                 "chunk", attribution)  # fmt: skip
@@ -352,13 +359,6 @@ class CogneeSystem(StoreSystem):
         self._workers: dict[Path, CogneeWorker] = {}
         self._lock = threading.Lock()
 
-    def _venv(self) -> Path:
-        self.check_installed()
-        return Path(self.environment["venv"])
-
-    def _log_dir(self) -> Path:
-        return Path.cwd() / "results" / "logs" / f"{self.name}-workers"
-
     def _worker(self, store_dir: Path) -> CogneeWorker:
         with self._lock:
             if store_dir not in self._workers:
@@ -367,7 +367,7 @@ class CogneeSystem(StoreSystem):
 
     def prepare(self, store_dir: Path, endpoint: Endpoint) -> None:
         worker = CogneeWorker(
-            self._venv(), Path(store_dir), endpoint, self._log_dir(), self.options
+            self.venv(), Path(store_dir), endpoint, self.process_log_dir("workers"), self.options
         )
         with self._lock:
             self._workers[store_dir] = worker
@@ -395,7 +395,9 @@ class CogneeSystem(StoreSystem):
         copy = Path(private.name) / "store"
         shutil.copytree(store_dir, copy, symlinks=True)
         try:
-            worker = CogneeWorker(self._venv(), copy, endpoint, self._log_dir(), self.options)
+            worker = CogneeWorker(
+                self.venv(), copy, endpoint, self.process_log_dir("workers"), self.options
+            )
         except BaseException:
             private.cleanup()
             raise

@@ -343,14 +343,6 @@ class HindsightSystem(StoreSystem):
         """max_tokens for a character budget: B / CHARS_PER_TOKEN (the knob counts tokens)."""
         return max(1, math.ceil(budget_chars / CHARS_PER_TOKEN))
 
-    def _venv(self) -> Path:
-        self.check_installed()
-        return Path(self.environment["venv"])
-
-    def _log_dir(self, store_dir: Path) -> Path:
-        """The servers' own logs, in the workflow's log tree (jobs run in its directory)."""
-        return Path.cwd() / "results" / "logs" / f"{self.name}-servers"
-
     def _server(self, store_dir: Path) -> HindsightServer:
         with self._lock:
             if store_dir not in self._servers:
@@ -359,7 +351,7 @@ class HindsightSystem(StoreSystem):
 
     def prepare(self, store_dir: Path, endpoint: Endpoint) -> None:
         server = HindsightServer(
-            self._venv(), endpoint, self.options, None, self._log_dir(store_dir)
+            self.venv(), endpoint, self.options, None, self.process_log_dir("servers")
         )
         try:
             server.call("PUT", server.bank_path(), "create bank", json={"name": BANK})
@@ -408,7 +400,7 @@ class HindsightSystem(StoreSystem):
         if not (store_dir / CLUSTER_DIR).is_dir():
             raise FileNotFoundError(f"hindsight: no PostgreSQL cluster under {store_dir}")
         server = HindsightServer(
-            self._venv(), endpoint, self.options, store_dir, self._log_dir(store_dir)
+            self.venv(), endpoint, self.options, store_dir, self.process_log_dir("servers")
         )
         return HindsightHandle(server)
 

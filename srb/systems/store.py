@@ -166,6 +166,16 @@ class StoreSystem(ABC):
         (`memory.structured_output`), or a system's own (max items, max string chars)."""
         return bool(self.options.get("structured_output", True))
 
+    def venv(self) -> Path:
+        """The system's own venv (rule system_env's record); fails clearly without one."""
+        self.check_installed()
+        return Path(self.environment["venv"])
+
+    def process_log_dir(self, kind: str) -> Path:
+        """Where the processes a system starts per job (servers, workers) log: the workflow's
+        log tree (jobs run in its directory)."""
+        return Path.cwd() / "results" / "logs" / f"{self.name}-{kind}"
+
     def check_environment(self, record: Mapping[str, Any]) -> None:  # noqa: B027
         """What rule `system_env` checks once the venv is built (services it must start)."""
 
