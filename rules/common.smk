@@ -73,6 +73,12 @@ RANKED_MODALITIES = [
     *MODALITIES,
     *(c for c in HYBRID_CHANNELS if "hybrid" in MODALITIES and c not in MODALITIES),
 ]
+# Jobs that mostly wait on a model server (store ingest/doctor/restore, synthesis, LLM judging)
+# hold no core: with `threads: 0` the retrieval jobs run beside them instead of after them (on 2
+# cores four ingests held both job slots for the whole ingest phase). srb/job_threads.py makes
+# the OMP_NUM_THREADS=0 Snakemake then exports valid; the `model_clients` resource (a limit in
+# profiles/default) bounds how many run at once; profiles/slurm gives each one CPU (set-threads).
+MODEL_CLIENT_THREADS = 0
 LLM = config.get("llm")
 if LLM:
     from srb.llm.models import check_sources_present
@@ -110,6 +116,16 @@ wildcard_constraints:
     model="|".join(map(re.escape, LLM_MODELS or ["none"])),
     synth="|".join(map(re.escape, [SYNTH or "none"])),
     judge="|".join(map(re.escape, JUDGES or ["none"])),
+
+
+def client_threads(wildcards):
+    """The rubric judge computes; an LLM judge waits on its model server (MODEL_CLIENT_THREADS)."""
+    return 1 if wildcards.judge == "rubric" else MODEL_CLIENT_THREADS
+
+
+def model_clients(wildcards):
+    """One of the `model_clients` slots for an LLM judge, none for the rubric judge."""
+    return 0 if wildcards.judge == "rubric" else 1
 
 
 def corpus_source(wildcards):

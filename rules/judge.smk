@@ -13,8 +13,9 @@ rule judge:
         "results/logs/judge/{corpus}/{synth}/{judge}/{system}/{modality}/{budget}.log",
     conda:
         "../envs/srb.yaml"
-    threads: 1
+    threads: client_threads
     resources:
+        model_clients=model_clients,
         mem_mb=4000,
         runtime=120,
     params:

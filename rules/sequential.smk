@@ -23,8 +23,9 @@ rule sequential_theoria_observe:
     priority: 11
     conda:
         "../envs/srb.yaml"
-    threads: 1
+    threads: MODEL_CLIENT_THREADS
     resources:
+        model_clients=1,
         mem_mb=6000,
         runtime=600,
     params:
@@ -64,8 +65,9 @@ rule sequential_theoria:
         "results/benchmarks/sequential_theoria/{corpus}/{synth}.tsv"
     conda:
         "../envs/srb.yaml"
-    threads: 1
+    threads: MODEL_CLIENT_THREADS
     resources:
+        model_clients=1,
         mem_mb=4000,
         runtime=120,
     params:

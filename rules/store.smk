@@ -26,8 +26,9 @@ rule ingest_store:
     priority: ingest_priority
     conda:
         "../envs/srb.yaml"
-    threads: 1
+    threads: MODEL_CLIENT_THREADS
     resources:
+        model_clients=1,
         mem_mb=6000,
         runtime=600,
     params:
@@ -60,8 +61,9 @@ rule doctor_store:
         system=STORE_PATTERN,
     conda:
         "../envs/srb.yaml"
-    threads: 1
+    threads: MODEL_CLIENT_THREADS
     resources:
+        model_clients=1,
         mem_mb=4000,
         runtime=30,
     params:
@@ -103,8 +105,9 @@ rule restore_store:
         system=BUDGETED_STORE_PATTERN,
     conda:
         "../envs/srb.yaml"
-    threads: 1
+    threads: MODEL_CLIENT_THREADS
     resources:
+        model_clients=1,
         mem_mb=4000,
         runtime=30,
     params:
@@ -146,8 +149,9 @@ rule restore_store_native:
         modality=INTERNAL_MODALITY_PATTERN,
     conda:
         "../envs/srb.yaml"
-    threads: 1
+    threads: MODEL_CLIENT_THREADS
     resources:
+        model_clients=1,
         mem_mb=4000,
         runtime=30,
     params:

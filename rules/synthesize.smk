@@ -35,8 +35,9 @@ rule synthesize:
         "results/benchmarks/synthesize/{corpus}/{synth}/{system}/{modality}/{budget}.tsv"
     conda:
         "../envs/srb.yaml"
-    threads: 1
+    threads: MODEL_CLIENT_THREADS
     resources:
+        model_clients=1,
         mem_mb=4000,
         runtime=120,
     params:

@@ -62,7 +62,9 @@ def parse_dry_run(text: str) -> list[DryJob]:
         jobs.append(
             DryJob(
                 head.group(1),
-                int(threads.group(1)) if threads else 1,
+                # a model-server client's threads: 0 is a workstation's; a cluster books it one
+                # CPU (profiles/slurm set-threads), so the core-hours count it as one
+                max(1, int(threads.group(1))) if threads else 1,
                 int(res.get("mem_mb", 0)),
                 int(res.get("runtime", 0)),
                 int(res.get("gpu", 0)),

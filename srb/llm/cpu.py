@@ -18,23 +18,17 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
+# A server started by a `threads: 1` job inherits that job's thread counts (JOB_THREAD_VARS
+# besides OMP_NUM_THREADS), and torch takes MKL_NUM_THREADS over OMP_NUM_THREADS for its
+# intra-op threads: the vLLM worker then computed on one thread of two ("leaving Torch threads
+# at 1 for serving" in its log). The server gets the binding's count (choose_binding).
+from srb.job_threads import JOB_THREAD_VARS
+
 #: Up to this many usable cores the worker gets all of them (see choose_binding).
 SMALL_HOST_CPUS = 4
 
 #: CPU flags (x86 `flags`, aarch64 `Features`) under which vLLM's bfloat16 kernels are native.
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
-
-#: Thread counts Snakemake exports to a job besides OMP_NUM_THREADS (its `threads`). A server
-#: started by a `threads: 1` job inherits them, and torch takes MKL_NUM_THREADS over
-#: OMP_NUM_THREADS for its intra-op threads: the vLLM worker then computed on one thread of two
-#: ("leaving Torch threads at 1 for serving" in its log). The server gets the binding's count.
-JOB_THREAD_VARS = (
-    "MKL_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "GOTO_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-)
 
 #: Device nodes of a GPU that vLLM's CUDA (NVIDIA) or ROCm (AMD) builds would run on.
 GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd")
