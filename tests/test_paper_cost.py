@@ -57,6 +57,15 @@ localrule all:
 """
 
 
+def test_a_model_server_client_with_threads_0_books_one_core() -> None:
+    """threads: 0 frees a workstation's core; a cluster books the job one CPU (set-threads)."""
+    block = DRY.replace("    threads: 2\n", "    threads: 0\n")
+    (job,) = [j for j in parse_dry_run(block) if j.rule == "ingest_store"]
+    assert job.threads == 1
+    (row,) = [r for r in job_rows([job]) if r["rule"] == "ingest_store"]
+    assert row["core_hours_limit"] == 10.0  # 1 core x 600 min
+
+
 def test_the_dry_runs_job_blocks_are_read_with_their_resources_and_wildcards() -> None:
     jobs = parse_dry_run(DRY)
     assert jobs == [

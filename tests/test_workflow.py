@@ -353,6 +353,57 @@ def test_the_ingest_of_one_long_chain_of_calls_starts_first():
     assert priority["prism"] == priority["mem0"]
 
 
+CLIENT_RULES = (
+    "ingest_store",
+    "doctor_store",
+    "restore_store",
+    "restore_store_native",
+    "sequential_theoria_observe",
+    "sequential_theoria",
+    "synthesize",
+)
+
+
+def _threads_and_clients(args: list[str]) -> dict[tuple[str, str], set[tuple[int, int]]]:
+    """(rule, judge or '') -> the (threads, model_clients) its jobs declare in a dry run."""
+    proc = subprocess.run(
+        [*SNAKEMAKE, "-n", "--forceall", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found: dict[tuple[str, str], set[tuple[int, int]]] = {}
+    for block, rule in re.findall(r"((?:local)?rule (\w+):\n(?:    .*\n)+)", proc.stdout):
+        threads = re.search(r"^    threads: (\d+)", block, re.M)
+        clients = re.search(r"model_clients=(\d+)", block)
+        judge = re.search(r"judge=([\w.-]+)", block)
+        key = (rule, judge.group(1) if judge else "")
+        found.setdefault(key, set()).add(
+            (int(threads.group(1)) if threads else 1, int(clients.group(1)) if clients else 0)
+        )
+    return found
+
+
+def test_model_server_clients_hold_no_core_and_one_model_clients_slot():
+    """threads: 0 on every job that waits on a model server, so retrieval jobs run beside the
+    ingests; the rubric judge computes and holds a core; retrieval jobs are not clients."""
+    found = _threads_and_clients([])
+    for rule in CLIENT_RULES:
+        assert found[(rule, "")] == {(0, 1)}, rule
+    assert found[("judge", "smollm2-135m")] == {(0, 1)}
+    assert found[("judge", "rubric")] == {(1, 0)}
+    assert all(c == 0 for rule in ("rank", "dense_index") for _, c in found[(rule, "")])
+
+
+def test_the_slurm_profile_gives_each_model_server_client_one_cpu():
+    found = _threads_and_clients(["--profile", str(REPO / "profiles/slurm")])
+    for rule in CLIENT_RULES:
+        assert found[(rule, "")] == {(1, 1)}, rule
+    assert found[("judge", "smollm2-135m")] == {(1, 1)}
+
+
 def test_only_a_system_with_its_own_environment_waits_for_rule_system_env():
     """Hindsight's jobs read the record of the venv rule system_env builds; Mem0's do not."""
     proc = subprocess.run(
