@@ -118,16 +118,6 @@ wildcard_constraints:
     judge="|".join(map(re.escape, JUDGES or ["none"])),
 
 
-def client_threads(wildcards):
-    """The rubric judge computes; an LLM judge waits on its model server (MODEL_CLIENT_THREADS)."""
-    return 1 if wildcards.judge == "rubric" else MODEL_CLIENT_THREADS
-
-
-def model_clients(wildcards):
-    """One of the `model_clients` slots for an LLM judge, none for the rubric judge."""
-    return 0 if wildcards.judge == "rubric" else 1
-
-
 def corpus_source(wildcards):
     """The configured local source's files, so editing one reruns the import; a missing source
     fails at run time with its path named (a dry run still shows the whole grid)."""

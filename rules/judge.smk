@@ -13,9 +13,9 @@ rule judge:
         "results/logs/judge/{corpus}/{synth}/{judge}/{system}/{modality}/{budget}.log",
     conda:
         "../envs/srb.yaml"
-    threads: client_threads
+    threads: lambda wc: 1 if wc.judge == "rubric" else MODEL_CLIENT_THREADS  # rubric computes
     resources:
-        model_clients=model_clients,
+        model_clients=lambda wc: 0 if wc.judge == "rubric" else 1,
         mem_mb=4000,
         runtime=120,
     params:
