@@ -68,7 +68,7 @@ rule doctor_store:
         runtime=30,
     params:
         probes=config["doctor"]["probes"],
-        memory=memory_params("max_failed_share", "doctor_gate"),
+        memory=memory_params("max_failed_share", "doctor_gate", "knob_refine_steps"),
         llm=memory_llm_params,
         dense=encoder_params(),
         bm25={"k1": config["bm25"]["k1"], "b": config["bm25"]["b"]},
@@ -111,7 +111,7 @@ rule restore_store:
         mem_mb=4000,
         runtime=30,
     params:
-        memory=memory_params(),
+        memory=memory_params("knob_refine_steps"),
         llm=memory_llm_params,
         dense=encoder_params(),
         bm25={"k1": config["bm25"]["k1"], "b": config["bm25"]["b"]},

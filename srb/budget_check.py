@@ -52,6 +52,7 @@ class BudgetVerdict:
     top_k: int | None = None
     mean_unit_chars: float | None = None
     knob_mean: float | None = None  # a store system's mean characters before the cap
+    knob_steps: tuple[int, ...] | None = None  # a store knob re-aimed from its own cell
 
     @property
     def failed(self) -> bool:
@@ -67,6 +68,10 @@ class BudgetVerdict:
             out["knob_mean"] = round(self.knob_mean, 1)
         else:
             del out["knob_mean"]
+        if self.knob_steps is None:
+            del out["knob_steps"]
+        else:
+            out["knob_steps"] = list(self.knob_steps)
         return out
 
 

@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from srb.budget_check import (
 )
 from srb.data.schema import Corpus, Paper, Question
 from srb.retrieve import (
+    Calibration,
     Hit,
     Restored,
     budget_cap,
@@ -332,6 +333,61 @@ class StoreRanker:
         return Restored(qid, hits, [self.units[h[0]].text for h in hits], requested, knob, False)
 
 
+@dataclass(frozen=True)
+class CalibratedCell:
+    """A calibrated store cell: its capped cells, its verdict, and each knob value tried."""
+
+    cells: list[Restored]
+    verdict: BudgetVerdict
+    knob_steps: tuple[int, ...]
+
+
+def restore_calibrated(
+    ranker: StoreRanker,
+    questions: Sequence[Question],
+    modality: str,
+    requested: int,
+    native_mean_item: float,
+    tolerance: float,
+) -> CalibratedCell:
+    """One calibrated cell, the path the cells and the doctor share.
+
+    The knob starts at the paper's calibration (B / the native run's mean characters per item).
+    A store's items at a small knob need not be the native run's average items (Graphiti's
+    top edges are shorter than its nodes), so a cell that lands under budget, with no question
+    out of items, re-aims the knob from its own mean characters per item, up to the system's
+    `knob_refine_steps` times (0 = the paper's single calibration). Every knob value tried is
+    recorded in the verdict; what the cap cuts off an overshooting knob is marked as before."""
+    system = ranker.system
+    cap = budget_cap(requested, tolerance)
+    knob = system.calibrated_knob(requested, native_mean_item)
+    steps = [knob]
+    while True:
+        raw = [ranker.restore(q.id, q.question, modality, knob, requested) for q in questions]
+        cells = [cap_restored(c, cap) for c in raw]
+        calibration = Calibration(requested, native_mean_item, knob, cap)
+        # a store's result list is as long as the library made it: "ran short" = fewer
+        # items than the knob asked for, so the store held no more
+        verdict = cell_verdict(cells, system.ranking_lengths(raw), requested, tolerance,
+                               calibration)  # fmt: skip
+        knob_mean = sum(c.achieved_chars for c in raw) / max(1, len(raw))
+        verdict = knob_limited(verdict, knob_mean, tolerance, native_mean_item)
+        if verdict.status != "under_budget" or len(steps) > system.knob_refine_steps():
+            break
+        next_knob = system.refined_knob(knob, requested, knob_mean)
+        if next_knob <= knob:
+            break
+        log.info("%s/%s budget %d: knob %d restored %.0f chars on average; re-aimed to %d",
+                 system.name, modality, requested, knob, knob_mean, next_knob)  # fmt: skip
+        knob = next_knob
+        steps.append(knob)
+    if len(steps) > 1:
+        tried = " -> ".join(str(k) for k in steps)
+        verdict = replace(verdict, knob_steps=tuple(steps),
+                          reason=f"{verdict.reason} (knob re-aimed {tried})")  # fmt: skip
+    return CalibratedCell(cells, verdict, tuple(steps))
+
+
 def restore_store_cells(
     ranker: StoreRanker,
     questions: Sequence[Question],
@@ -365,20 +421,10 @@ def restore_store_cells(
             cells = [restore_packed(c.question_id, c.hits, ranker.units, requested) for c in deep]
             verdict = cell_verdict(cells, [len(c.hits) for c in deep], requested, tolerance)
         else:
-            mean_item = mean_unit_chars(native_records)
-            knob = system.calibrated_knob(requested, mean_item)
-            raw = [ranker.restore(q.id, q.question, modality, knob, requested) for q in questions]
-            cap = budget_cap(requested, tolerance)
-            cells = [cap_restored(c, cap) for c in raw]
-            from srb.retrieve import Calibration
-
-            calibration = Calibration(requested, mean_item, knob, cap)
-            # a store's result list is as long as the library made it: "ran short" = fewer
-            # items than the knob asked for, so the store held no more
-            verdict = cell_verdict(cells, system.ranking_lengths(raw), requested, tolerance,
-                                   calibration)  # fmt: skip
-            knob_mean = sum(c.achieved_chars for c in raw) / max(1, len(raw))
-            verdict = knob_limited(verdict, knob_mean, tolerance)
+            calibrated = restore_calibrated(
+                ranker, questions, modality, requested, mean_unit_chars(native_records), tolerance
+            )
+            cells, verdict = calibrated.cells, calibrated.verdict
         write_jsonl(cell_out, (c.to_record(ranker.units) for c in cells))
         verdicts[budget] = verdict
     # the library's knob across budgets: one that does not move the size marks every cell

@@ -22,11 +22,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from srb.budget_check import cell_verdict, knob_limited
 from srb.data.schema import Question
 from srb.doctor import Check, finish_report
-from srb.retrieve import budget_cap, cap_restored, mean_unit_chars, parse_budget
-from srb.store import StoreRanker
+from srb.retrieve import mean_unit_chars, parse_budget
+from srb.store import StoreRanker, restore_calibrated
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +88,10 @@ class StoreDoctor:
                 if mean_item <= 0:
                     bad.append(f"{m}/{b}: the native probes restored nothing to calibrate on")
                     continue
-                knob = self.system.calibrated_knob(requested, mean_item)
-                raw = self._restore(m, knob, requested)
-                cells = [cap_restored(c, budget_cap(requested, self.tolerance)) for c in raw]
-                verdict = cell_verdict(cells, self.system.ranking_lengths(raw), requested,
-                                       self.tolerance)  # fmt: skip
-                knob_mean = sum(c.achieved_chars for c in raw) / len(raw)
-                verdict = knob_limited(verdict, knob_mean, self.tolerance, mean_item)
-                seen[f"{m}/{b}"] = {"knob": knob, **verdict.to_dict()}
+                calibrated = restore_calibrated(self.ranker, self.probes, m, requested,
+                                                mean_item, self.tolerance)  # fmt: skip
+                verdict = calibrated.verdict
+                seen[f"{m}/{b}"] = {"knob": calibrated.knob_steps[-1], **verdict.to_dict()}
                 if verdict.status in ("empty", "over_budget"):
                     bad.append(f"{m}/{b}: {verdict.status}: {verdict.reason}")
                 elif verdict.status != "ok":

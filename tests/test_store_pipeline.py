@@ -20,9 +20,16 @@ from srb.doctor import DoctorError
 from srb.errors import ConfigError
 from srb.ingest import read_units
 from srb.ingest_cost import ingest_cost_table
-from srb.store import StoreRanker, ingest_store, memory_slice, restore_store_cells
+from srb.store import (
+    StoreRanker,
+    ingest_store,
+    memory_slice,
+    restore_calibrated,
+    restore_store_cells,
+)
 from srb.store_doctor import StoreDoctor, run_store_doctor
 from srb.systems.store import Endpoint, Item, StoreHandle, StoreSystem, check_pins
+from srb.units import Unit
 
 ENDPOINT = Endpoint("http://127.0.0.1:1/v1", "chat", "minilm", 384)
 
@@ -320,3 +327,56 @@ def test_a_long_ingest_logs_its_progress(caplog) -> None:
     lines = [r.getMessage() for r in caplog.records if "paper(s) done" in r.getMessage()]
     assert lines and lines[-1].startswith("hindsight: 1/2 paper(s) done after")
     assert "7 chat request(s), 5 model call(s), 900 completion token(s)" in lines[-1]
+
+
+class FactsFirstHandle(StoreHandle):
+    """A library that ranks its short facts before its long summaries (as Graphiti's edges
+    come before its nodes): the native run's mean item is longer than a small knob's items."""
+
+    def __init__(self, n_facts: int, fact_chars: int, summary_chars: int):
+        self.texts = {f"f{i}": "f" * fact_chars for i in range(n_facts)}
+        self.texts |= {f"s{i}": "s" * summary_chars for i in range(n_facts)}
+
+    def items(self) -> list[Item]:
+        return [Item(i, t, ("p1",)) for i, t in self.texts.items()]
+
+    def search(self, query: str, modality: str, knob: int) -> list[Item]:
+        ranked = sorted(self.texts, key=lambda i: (i[0] != "f", int(i[1:])))
+        return [Item(i, self.texts[i], ("p1",), score=1.0 / (r + 1))
+                for r, i in enumerate(ranked[:knob])]  # fmt: skip
+
+
+def facts_first(steps: int | None) -> tuple[StoreRanker, list[Question]]:
+    system = SentenceStore().configure({} if steps is None else {"knob_refine_steps": steps})
+    system.native_knob = 16  # 8 facts of 20 chars + 8 summaries of 180: mean 100
+    handle = FactsFirstHandle(8, 20, 180)
+    units = {i: Unit(i, "p1", None, None, t) for i, t in handle.texts.items()}
+    return StoreRanker(system, handle, units), [Question("q1", "anything", "", (), ("p1",))]
+
+
+def test_a_knob_under_budget_is_re_aimed_from_its_own_cell_and_recorded() -> None:
+    ranker, questions = facts_first(None)
+    cell = restore_calibrated(ranker, questions, "dense", 200, 100.0, 0.25)
+    # round(200 / 100) = 2 facts = 40 chars (0.2 x B); 2 * 200 / 40 = 10 items: 8 facts and
+    # 2 summaries = 160 + 360 = 520 chars, cut at the 250 cap
+    assert cell.knob_steps == (2, 10)
+    assert cell.cells[0].achieved_chars == 250
+    assert cell.verdict.status == "knob_limited"  # the re-aimed knob overshot, and says so
+    assert cell.verdict.to_dict()["knob_steps"] == [2, 10]
+    assert "re-aimed 2 -> 10" in cell.verdict.reason
+
+
+def test_the_paper_s_single_calibration_stays_under_budget_and_fails_the_gate() -> None:
+    ranker, questions = facts_first(0)
+    cell = restore_calibrated(ranker, questions, "dense", 200, 100.0, 0.25)
+    assert cell.knob_steps == (2,)
+    assert cell.verdict.status == "under_budget" and cell.verdict.failed
+    assert "knob_steps" not in cell.verdict.to_dict()
+
+
+def test_re_aiming_stops_when_the_store_runs_out_of_items() -> None:
+    ranker, questions = facts_first(5)
+    cell = restore_calibrated(ranker, questions, "dense", 3000, 1000.0, 0.25)
+    # 3 facts (60 chars) -> 150 items asked; the store holds 16 (1,600 chars): ran short
+    assert cell.knob_steps == (3, 150)
+    assert cell.verdict.status == "depth_limited"

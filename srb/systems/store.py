@@ -103,6 +103,9 @@ class StoreHandle(ABC):
         """Release files and connections."""
 
 
+KNOB_REFINE_STEPS = 2  # the default of memory.knob_refine_steps (config/schema.yaml)
+
+
 class StoreSystem(ABC):
     name: str
     description: str
@@ -185,6 +188,20 @@ class StoreSystem(ABC):
         from srb.retrieve import calibrated_top_k
 
         return calibrated_top_k(budget_chars, native_mean_item_chars)
+
+    def knob_refine_steps(self) -> int:
+        """How often a calibrated cell under budget may re-aim its knob (srb.store.
+        restore_calibrated): `memory.knob_refine_steps`."""
+        steps = self.options.get("knob_refine_steps")
+        return KNOB_REFINE_STEPS if steps is None else int(steps)
+
+    def refined_knob(self, knob: int, budget_chars: int, achieved_mean_chars: float) -> int:
+        """The next knob for a cell whose `knob` restored `achieved_mean_chars` on average,
+        aimed at the budget from the cell's own characters per knob unit (so it serves a
+        knob counting tokens as well as items); always a larger knob."""
+        if achieved_mean_chars <= 0:
+            return knob
+        return max(knob + 1, round(knob * budget_chars / achieved_mean_chars))
 
     @abstractmethod
     def ingest_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> int:
