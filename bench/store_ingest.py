@@ -43,10 +43,8 @@ CORPUS = REPO / "resources/corpora/evidence-inference-ccby"
 def run_once(system_name: str, memory: dict, llm: dict, dense: dict, papers, out: Path,
              concurrency: int) -> dict:  # fmt: skip
     system = get_store_system(system_name).configure(memory)
-    with memory_endpoint(
-        llm, memory["llm"], dense, memory.get("max_completion_tokens"),
-        memory.get("structured_output", True),
-    ) as (endpoint, server):  # fmt: skip
+    settings = system.endpoint_settings()
+    with memory_endpoint(llm, memory["llm"], dense, **settings) as (endpoint, server):
         started = time.perf_counter()
         record = ingest_store(
             system, papers, out / "store", out / "items.jsonl", out / "ingest.json", endpoint,

@@ -215,6 +215,7 @@ def memory_params(*extra):
         "retries",
         "structured_output",
         "max_completion_tokens",
+        "max_whitespace_run",
         "theoria",
         "hindsight",
         *extra,

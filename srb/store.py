@@ -82,8 +82,10 @@ def memory_endpoint(
     dense: Mapping[str, Any],
     max_completion_tokens: int | None = None,
     bound_schemas: bool | tuple[int, int] = False,
+    max_whitespace_run: int | None = None,
 ) -> Iterator[tuple[Endpoint, Any]]:
-    """The caching endpoint for `model` (chat) and the configured encoder (embeddings)."""
+    """The caching endpoint for `model` (chat) and the configured encoder (embeddings); the
+    answer-shaping settings are a store system's `endpoint_settings()`."""
     from srb.index.dense import Encoder
     from srb.llm.proxy import Embedder, serve_endpoint
     from srb.llm.session import open_client
@@ -91,7 +93,9 @@ def memory_endpoint(
     client, _ = open_client(dict(llm), model)
     encoder = Encoder(dense["encoder"], threads=1, cache_path=dense.get("cache"))
     embedder = Embedder(encoder, dense["encoder"])
-    with serve_endpoint(client, embedder, max_completion_tokens, bound_schemas) as server:
+    with serve_endpoint(
+        client, embedder, max_completion_tokens, bound_schemas, max_whitespace_run
+    ) as server:
         yield Endpoint(server.base_url, model, dense["encoder"], encoder.dim), server
 
 
@@ -119,8 +123,7 @@ def opened_store(
     the pins are checked first, so a missing library is named with its env file."""
     system.check_installed()
     system.services = {"llm": dict(llm), "dense": dict(dense)}
-    settings = (system.completion_cap(), system.schema_bounds())
-    with memory_endpoint(llm, memory["llm"], dense, *settings) as (endpoint, _):
+    with memory_endpoint(llm, memory["llm"], dense, **system.endpoint_settings()) as (endpoint, _):
         handle = system.open(Path(store_dir), endpoint)
         try:
             yield handle

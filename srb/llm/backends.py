@@ -8,10 +8,13 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
+
+from srb.llm.runaway import StreamError, read_stream, streamed_body
 
 log = logging.getLogger(__name__)
 
@@ -117,23 +120,52 @@ class OpenAICompatBackend:
         """POST one chat-completions body as given (the served model name set here) and return
         the JSON response; 5xx, 429 and transport errors are retried, a 4xx raises at once."""
         body = {**body, "model": self.model}
+
+        def send() -> dict[str, Any]:
+            resp = self._client.post(
+                f"{self.base_url}/chat/completions", json=body, headers=self._headers()
+            )
+            self._check_status(resp, resp.text)
+            return resp.json()
+
+        return self._retrying(send)
+
+    def post_chat_guarded(self, body: dict[str, Any], max_whitespace_run: int) -> dict[str, Any]:
+        """`post_chat`, streamed, with a whitespace runaway cut short (srb.llm.runaway): the
+        answer is reassembled into one response; a server that cannot stream is an error."""
+        stream_body = streamed_body({**body, "model": self.model})
+
+        def send() -> dict[str, Any]:
+            url = f"{self.base_url}/chat/completions"
+            with self._client.stream("POST", url, json=stream_body,
+                                     headers=self._headers()) as resp:  # fmt: skip
+                if resp.status_code >= 400:
+                    self._check_status(resp, resp.read().decode(errors="replace"))
+                # leaving the block closes the connection: vLLM aborts a cut request
+                try:
+                    return read_stream(resp.iter_lines(), body, max_whitespace_run)
+                except StreamError as exc:
+                    raise LLMCallError(f"{self.model} at {self.base_url}: {exc}") from exc
+
+        return self._retrying(send)
+
+    def _check_status(self, resp: httpx.Response, text: str) -> None:
+        if resp.status_code >= 500 or resp.status_code == 429:
+            raise httpx.HTTPStatusError(
+                f"HTTP {resp.status_code}", request=resp.request, response=resp
+            )
+        if resp.status_code >= 400:
+            raise LLMCallError(
+                f"{self.model} at {self.base_url}: HTTP {resp.status_code}: {text[:500]}",
+                status=resp.status_code,
+            )
+
+    def _retrying(self, send: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """`send()` with 5xx, 429 and transport errors retried after an exponential back-off."""
         last: Exception | None = None
         for attempt in range(1, self.retries + 1):
             try:
-                resp = self._client.post(
-                    f"{self.base_url}/chat/completions", json=body, headers=self._headers()
-                )
-                if resp.status_code >= 500 or resp.status_code == 429:
-                    raise httpx.HTTPStatusError(
-                        f"HTTP {resp.status_code}", request=resp.request, response=resp
-                    )
-                if resp.status_code >= 400:
-                    raise LLMCallError(
-                        f"{self.model} at {self.base_url}: HTTP {resp.status_code}: "
-                        f"{resp.text[:500]}",
-                        status=resp.status_code,
-                    )
-                return resp.json()
+                return send()
             except (httpx.TransportError, httpx.HTTPStatusError) as exc:
                 last = exc
                 if attempt < self.retries:

@@ -20,6 +20,7 @@ from tqdm import tqdm
 from srb.llm.backends import Backend, ChatRequest, OpenAICompatBackend, TransformersBackend
 from srb.llm.cache import CallCache, call_key
 from srb.llm.models import model_identity, vllm_options
+from srb.llm.runaway import guardable
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +76,17 @@ class LLMClient:
         request = {k: v for k, v in body.items() if k != "model"}
         return call_key(backend=self.backend_kind, request=request, **self.identity)
 
-    def forward(self, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    def forward(
+        self, body: dict[str, Any], max_whitespace_run: int | None = None
+    ) -> tuple[dict[str, Any], bool]:
         """(response, from cache) for a raw chat-completions body: the cache first, the backend
-        (started on this first miss) otherwise. Only OpenAI-speaking backends can forward."""
-        key = self.request_key(body)
+        (started on this first miss) otherwise. Only OpenAI-speaking backends can forward.
+
+        `max_whitespace_run`: on a vLLM backend the answer is streamed and a whitespace
+        runaway cut there (srb.llm.runaway); the cut is part of the call, so of its key."""
+        guarded = max_whitespace_run is not None and self.backend_kind == "vllm" and guardable(body)
+        keyed = {**body, "srb_max_whitespace_run": max_whitespace_run} if guarded else body
+        key = self.request_key(keyed)
         cached = self.cache.get(key)
         if cached is not None:
             self.stats.cache_hits += 1
@@ -90,7 +98,11 @@ class LLMClient:
                 f"backend {self.backend_kind!r} cannot serve a memory library's raw OpenAI "
                 "requests; use backend vllm or openai"
             )
-        response = post(body)
+        streamed = getattr(backend, "post_chat_guarded", None)
+        if guarded and streamed is not None:
+            response = streamed(body, max_whitespace_run)
+        else:
+            response = post(body)
         self.stats.model_calls += 1
         return self.cache.put(key, response, kind="request", model=self.model_name), False
 

@@ -41,6 +41,7 @@ class EndpointStats:
     failed_requests: int = 0  # the model server refused or failed a request (told to the library)
     internal_errors: int = 0  # the endpoint itself failed (server start, encoder, cache)
     truncated_responses: int = 0  # finish_reason "length": the model hit max_tokens
+    cut_runaways: int = 0  # answers cut at a whitespace runaway (srb.llm.runaway)
     invalid_json_responses: int = 0  # JSON was asked for (response_format) and is not parseable
     embedding_requests: int = 0
     embedded_texts: int = 0
@@ -75,11 +76,13 @@ class CachingEndpoint:
         host: str = "127.0.0.1",
         max_completion_tokens: int | None = None,
         bound_schemas: bool | tuple[int, int] = False,
+        max_whitespace_run: int | None = None,
     ):
         self.chat = chat
         self.embedder = embedder
         self.max_completion_tokens = max_completion_tokens
         self.bound_schemas = bound_schemas
+        self.max_whitespace_run = max_whitespace_run
         self.stats = EndpointStats()
         self._stats_lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, 0), self._handler())
@@ -120,7 +123,7 @@ class CachingEndpoint:
         if self.bound_schemas:
             body = bounded_request(body, *schema_bounds(self.bound_schemas))
         try:
-            response, cached = self.chat.forward(body)
+            response, cached = self.chat.forward(body, self.max_whitespace_run)
         except LLMCallError as exc:
             self._count(chat_requests=1, failed_requests=1)
             log.warning("chat request failed: %s", exc)
@@ -130,6 +133,7 @@ class CachingEndpoint:
         if invalid:
             log.warning("a JSON response does not parse (truncated: %s)", truncated)
         self._count(
+            cut_runaways=int("srb_cut" in response),
             truncated_responses=int(truncated),
             invalid_json_responses=int(invalid),
             chat_requests=1,
@@ -310,10 +314,15 @@ def serve_endpoint(
     embedder: Embedder | None,
     max_completion_tokens: int | None = None,
     bound_schemas: bool | tuple[int, int] = False,
+    max_whitespace_run: int | None = None,
 ) -> Iterator[CachingEndpoint]:
     """Run a caching endpoint for the block; it is shut down however the block ends."""
     endpoint = CachingEndpoint(
-        chat, embedder, max_completion_tokens=max_completion_tokens, bound_schemas=bound_schemas
+        chat,
+        embedder,
+        max_completion_tokens=max_completion_tokens,
+        bound_schemas=bound_schemas,
+        max_whitespace_run=max_whitespace_run,
     )
     endpoint.start()
     try:

@@ -29,6 +29,7 @@ from typing import Any
 
 from srb.data.schema import Paper
 from srb.errors import ConfigError
+from srb.llm.runaway import MAX_WHITESPACE_RUN
 
 ENVS_DIR = Path(__file__).resolve().parents[2] / "envs"
 
@@ -156,6 +157,19 @@ class StoreSystem(ABC):
         """The endpoint's cap on every answer's length for this system's calls (its ingest
         and its search): `memory.max_completion_tokens`; a system may lower it."""
         return self.options.get("max_completion_tokens")
+
+    def whitespace_run_cap(self) -> int | None:
+        """Consecutive whitespace characters that end an answer (srb.llm.runaway):
+        `memory.max_whitespace_run`; None streams nothing and cuts nothing."""
+        return self.options.get("max_whitespace_run", MAX_WHITESPACE_RUN)
+
+    def endpoint_settings(self) -> dict[str, Any]:
+        """How the caching endpoint shapes this system's calls (srb.store.memory_endpoint)."""
+        return {
+            "max_completion_tokens": self.completion_cap(),
+            "bound_schemas": self.schema_bounds(),
+            "max_whitespace_run": self.whitespace_run_cap(),
+        }
 
     def ranking_lengths(self, raw: Sequence[Any]) -> list[int]:
         """How many items each question's search could give (srb.retrieve.Restored before the

@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import uvicorn
 
+    from srb.llm.runaway import MAX_WHITESPACE_RUN
     from srb.store import memory_endpoint
 
     settings = json.loads(Path(args.settings).read_text())
@@ -171,6 +172,7 @@ def main(argv: list[str] | None = None) -> None:
         settings["dense"],
         memory.get("max_completion_tokens"),
         memory.get("structured_output", True),
+        memory.get("max_whitespace_run", MAX_WHITESPACE_RUN),
     ) as (endpoint, _):
         models = EndpointModels(endpoint)
         app = create_app(settings["store"], opts, models, bool(settings.get("read_only", True)))

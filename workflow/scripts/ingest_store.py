@@ -14,13 +14,8 @@ with job_logging(snakemake.log[0], f"ingest_store[{wc.corpus}/{wc.system}]"):
     system = (
         get_store_system(wc.system).configure(p.memory).use_environment(snakemake.input.get("env"))
     )
-    with memory_endpoint(
-        p.llm,
-        p.memory["llm"],
-        p.dense,
-        system.completion_cap(),
-        system.schema_bounds(),
-    ) as (endpoint, server):
+    settings = system.endpoint_settings()
+    with memory_endpoint(p.llm, p.memory["llm"], p.dense, **settings) as (endpoint, server):
         ingest_store(
             system,
             papers,
