@@ -79,6 +79,10 @@ RANKED_MODALITIES = [
 # the OMP_NUM_THREADS=0 Snakemake then exports valid; the `model_clients` resource (a limit in
 # profiles/default) bounds how many run at once; profiles/slurm gives each one CPU (set-threads).
 MODEL_CLIENT_THREADS = 0
+# A finished store's doctor, restore and the sequential evaluation start before the synthesis
+# and judging of cells already restored: they are the run's critical path after the ingest
+# phase (measured on 2 cores: Theoria's dense restore waited 14 min behind synthesis jobs).
+MEMORY_CHAIN_PRIORITY = 5
 LLM = config.get("llm")
 if LLM:
     from srb.llm.models import check_sources_present
@@ -204,6 +208,12 @@ def ingest_priority(wildcards):
     if wildcards.system == "theoria" and MEMORY.get("sequential", {}).get("enabled"):
         waiting.append("sequential")
     return 10 + len(waiting) + (0 if system.concurrent_papers else 5)
+
+
+def model_priority(wildcards):
+    """The memory systems' ingest model is prepared first: every ingest waits on it (with two
+    threads it waited 4.7 min on 2 cores for both to be free of the retrieval jobs)."""
+    return 20 if STORE_SYSTEMS and wildcards.model == MEMORY.get("llm") else 0
 
 
 def memory_params(*extra):

@@ -7,9 +7,10 @@ rule prepare_model:
         "results/logs/prepare_model/{model}.log",
     benchmark:
         "results/benchmarks/prepare_model/{model}.tsv"
+    priority: model_priority
     conda:
         "../envs/srb.yaml"
-    threads: 2
+    threads: 1
     resources:
         mem_mb=16000,
         runtime=60,

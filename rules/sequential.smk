@@ -63,6 +63,7 @@ rule sequential_theoria:
         "results/logs/sequential_theoria/{corpus}/{synth}.log",
     benchmark:
         "results/benchmarks/sequential_theoria/{corpus}/{synth}.tsv"
+    priority: MEMORY_CHAIN_PRIORITY
     conda:
         "../envs/srb.yaml"
     threads: MODEL_CLIENT_THREADS

@@ -59,6 +59,7 @@ rule doctor_store:
         "results/logs/doctor/{corpus}/{system}.log",
     wildcard_constraints:
         system=STORE_PATTERN,
+    priority: MEMORY_CHAIN_PRIORITY
     conda:
         "../envs/srb.yaml"
     threads: MODEL_CLIENT_THREADS
@@ -103,6 +104,7 @@ rule restore_store:
         "results/logs/restore_store/{corpus}/{system}/{modality}.log",
     wildcard_constraints:
         system=BUDGETED_STORE_PATTERN,
+    priority: MEMORY_CHAIN_PRIORITY
     conda:
         "../envs/srb.yaml"
     threads: MODEL_CLIENT_THREADS
@@ -147,6 +149,7 @@ rule restore_store_native:
     wildcard_constraints:
         system=NATIVE_STORE_PATTERN,
         modality=INTERNAL_MODALITY_PATTERN,
+    priority: MEMORY_CHAIN_PRIORITY
     conda:
         "../envs/srb.yaml"
     threads: MODEL_CLIENT_THREADS
@@ -207,6 +210,7 @@ rule system_env:
         "results/benchmarks/system_env/{system}.tsv"
     wildcard_constraints:
         system=OWN_ENV_PATTERN,
+    priority: 20
     conda:
         "../envs/srb.yaml"
     threads: 1
