@@ -172,3 +172,54 @@ def test_bounded_schemas_close_runaway_arrays_and_strings() -> None:
     assert "maxItems" not in schema["properties"]["entities"]  # the caller's schema untouched
     plain = {"messages": [], "response_format": {"type": "json_object"}}
     assert bounded_request(plain) is plain
+
+
+class GreedyRunaway(StandInChat):
+    """Greedy (temperature 0) answers are cut mid-JSON; sampled ones parse; `always` fails."""
+
+    def __init__(self, always: bool = False) -> None:
+        super().__init__()
+        self.always = always
+
+    def reply(self, body: dict) -> dict:
+        if body["messages"][-1]["content"] == "fine":
+            return chat_completion("ok", 7, 1)
+        if self.always or not body.get("temperature"):
+            response = chat_completion('{"facts": ["a", "b', 7, 2048)
+            response["choices"][0]["finish_reason"] = "length"
+            return response
+        return chat_completion(f'{{"facts": ["seed {body["seed"]}"]}}', 7, 9)
+
+
+JSON_MODE = {"response_format": {"type": "json_object"}}
+
+
+def test_a_retried_defective_answer_is_resampled_reproducibly(tmp_path):
+    backend = GreedyRunaway()
+    with serve_endpoint(client_for(tmp_path, backend), None) as endpoint:
+        answers = [ask(endpoint.base_url, "extract", **JSON_MODE).choices[0].message.content
+                   for _ in range(3)]  # fmt: skip
+        stats = endpoint.stats.to_dict()
+    assert answers == ['{"facts": ["a", "b', '{"facts": ["seed 1"]}', '{"facts": ["seed 1"]}']
+    # the library's retry reached the model re-sampled; the third ask came from the cache
+    assert [(b["temperature"], b.get("seed")) for b in backend.bodies] == [(0, None), (0.7, 1)]
+    assert stats["resampled_requests"] == 2 and stats["truncated_responses"] == 1
+    # a rerun whose library retries the same way replays both attempts without a model call
+    again = GreedyRunaway()
+    with serve_endpoint(client_for(tmp_path, again), None) as endpoint:
+        replay = [ask(endpoint.base_url, "extract", **JSON_MODE).choices[0].message.content
+                  for _ in range(2)]  # fmt: skip
+    assert replay == answers[:2] and again.bodies == []
+
+
+def test_resampling_is_bounded_and_a_good_answer_is_never_resampled(tmp_path):
+    backend = GreedyRunaway(always=True)
+    with serve_endpoint(client_for(tmp_path, backend), None) as endpoint:
+        for _ in range(6):
+            ask(endpoint.base_url, "extract", **JSON_MODE)
+        ask(endpoint.base_url, "fine")
+        ask(endpoint.base_url, "fine")
+    seeds = [b.get("seed") for b in backend.bodies if b["messages"][-1]["content"] == "extract"]
+    assert seeds == [None, 1, 2, 3]  # MAX_RESAMPLES re-samples, then the last one replays
+    fine = [b for b in backend.bodies if b["messages"][-1]["content"] == "fine"]
+    assert len(fine) == 1 and fine[0]["temperature"] == 0

@@ -5,7 +5,9 @@ Mem0, Graphiti and any other OpenAI-speaking library get this endpoint's URL as 
 response_format/schema, tools, sampling; see `LLMClient.request_key`) and forwards a miss to the
 configured backend, starting the local vLLM server only then. `/v1/embeddings` encodes with the
 configured sentence-transformers encoder through the embedding cache. A warm re-ingest therefore
-makes zero model calls and, given a deterministic library, writes the same store.
+makes zero model calls and, given a deterministic library, writes the same store. A library's
+retry of an answer that was cut or does not parse is sent re-sampled (`RetryVariants`), so it
+can succeed; a small model's whitespace runaway is cut as it streams (srb.llm.runaway).
 
 Each request's usage is counted (cached or not), so an ingest log reports the ingest's token
 cost identically on a cold and a warm run; `model_calls` counts what actually reached a model.
@@ -42,6 +44,7 @@ class EndpointStats:
     internal_errors: int = 0  # the endpoint itself failed (server start, encoder, cache)
     truncated_responses: int = 0  # finish_reason "length": the model hit max_tokens
     cut_runaways: int = 0  # answers cut at a whitespace runaway (srb.llm.runaway)
+    resampled_requests: int = 0  # a library's retry of a defective answer, sent re-sampled
     invalid_json_responses: int = 0  # JSON was asked for (response_format) and is not parseable
     embedding_requests: int = 0
     embedded_texts: int = 0
@@ -84,6 +87,7 @@ class CachingEndpoint:
         self.bound_schemas = bound_schemas
         self.max_whitespace_run = max_whitespace_run
         self.stats = EndpointStats()
+        self._retries = RetryVariants()
         self._stats_lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, 0), self._handler())
         self._server.daemon_threads = True
@@ -122,6 +126,9 @@ class CachingEndpoint:
         body = cap_completion_tokens(body, self.max_completion_tokens)
         if self.bound_schemas:
             body = bounded_request(body, *schema_bounds(self.bound_schemas))
+        asked = self.chat.request_key(body)
+        attempt = self._retries.attempt(asked)
+        body = resampled(body, attempt)
         try:
             response, cached = self.chat.forward(body, self.max_whitespace_run)
         except LLMCallError as exc:
@@ -132,7 +139,10 @@ class CachingEndpoint:
         truncated, invalid = response_defects(body, response)
         if invalid:
             log.warning("a JSON response does not parse (truncated: %s)", truncated)
+        if truncated or invalid:
+            self._retries.defective(asked, attempt)
         self._count(
+            resampled_requests=int(attempt > 0),
             cut_runaways=int("srb_cut" in response),
             truncated_responses=int(truncated),
             invalid_json_responses=int(invalid),
@@ -302,6 +312,41 @@ def response_defects(body: dict[str, Any], response: dict[str, Any]) -> tuple[bo
     except json.JSONDecodeError:
         return truncated, True
     return truncated, False
+
+
+#: re-samples of a request whose answer was cut or unparseable, and their temperature
+MAX_RESAMPLES = 3
+RESAMPLE_TEMPERATURE = 0.7
+
+
+class RetryVariants:
+    """Which attempt a library's request is. A library retries a cut or unparseable answer by
+    sending the same request again (Cognee's tenacity, with back-off); from the call cache, or
+    from a greedy model, it would get the same answer every time and fail the paper. So the
+    n-th repeat of a request whose answer was defective, within one endpoint (one job), is
+    sent re-sampled (`resampled`), up to MAX_RESAMPLES. Attempts are part of the request, so
+    of its cache key: a rerun, whose library retries in the same order, replays them all."""
+
+    def __init__(self) -> None:
+        self._next: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def attempt(self, key: str) -> int:
+        with self._lock:
+            return self._next.get(key, 0)
+
+    def defective(self, key: str, attempt: int) -> None:
+        with self._lock:
+            self._next[key] = max(self._next.get(key, 0), min(attempt + 1, MAX_RESAMPLES))
+
+
+def resampled(body: dict[str, Any], attempt: int) -> dict[str, Any]:
+    """Attempt 0 is the request as asked; a later one samples at RESAMPLE_TEMPERATURE (or the
+    library's own, if higher) with seed = attempt, so it differs and is reproducible."""
+    if attempt == 0:
+        return body
+    temperature = max(float(body.get("temperature") or 0.0), RESAMPLE_TEMPERATURE)
+    return {**body, "temperature": temperature, "seed": attempt}
 
 
 def _error(message: str) -> dict[str, Any]:
