@@ -211,9 +211,11 @@ def ingest_priority(wildcards):
 
 
 def model_priority(wildcards):
-    """The memory systems' ingest model is prepared first: every ingest waits on it (with two
-    threads it waited 4.7 min on 2 cores for both to be free of the retrieval jobs)."""
-    return 20 if STORE_SYSTEMS and wildcards.model == MEMORY.get("llm") else 0
+    """The memory systems' ingest model is prepared first, before the own-env builds (priority
+    20) that only two systems wait on: every ingest waits on it (with two threads it waited
+    4.7 min on 2 cores for both to be free of the retrieval jobs; at priority 20, 2.0 min
+    behind the two builds)."""
+    return 30 if STORE_SYSTEMS and wildcards.model == MEMORY.get("llm") else 0
 
 
 def memory_params(*extra):
