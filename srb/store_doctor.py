@@ -127,20 +127,31 @@ class StoreDoctor:
 
     @staticmethod
     def item_count(
-        ingest: Mapping[str, Any], n_items_file: int, n_store: int, n_native: int | None
+        ingest: Mapping[str, Any],
+        n_items_file: int,
+        n_store: int,
+        n_native: int | None,
+        n_duplicates: int = 0,
     ) -> Check:
         """The export (store), the items file and the ingest log agree, and so does the store's
-        own count (Qdrant's point count, Kuzu's node/edge count) when the library gives one."""
+        own count (Qdrant's point count, Kuzu's node/edge count) when the library gives one;
+        exact repeats the library stored (exported once) are counted once and named."""
         seen = {"ingest_log": ingest.get("items_stored"), "items_file": n_items_file,
                 "store": n_store}  # fmt: skip
         if n_native is not None:
             seen["store_native"] = n_native
-        if len(set(seen.values())) != 1:
+        counts = set(seen.values())
+        if n_duplicates:
+            seen["store_duplicates"] = n_duplicates
+        if len(counts) != 1:
             return Check(4, "item_count", False, "item counts disagree: " +
                          ", ".join(f"{k} {v}" for k, v in seen.items()), seen)  # fmt: skip
         if not n_store:
             return Check(4, "item_count", False, "the store holds no item", seen)
-        return Check(4, "item_count", True, f"{n_store} items everywhere", seen)
+        repeats = (
+            f" ({n_duplicates} exact repeats in the store, exported once)" if n_duplicates else ""
+        )
+        return Check(4, "item_count", True, f"{n_store} items everywhere{repeats}", seen)
 
     def document_count(self, ingest: Mapping[str, Any], slice_papers: int) -> Check:
         without = list(ingest.get("papers_without_items", []))
@@ -199,7 +210,13 @@ def run_store_doctor(
         doctor.probe_context(),
         doctor.budget_match(),
         doctor.channels(),
-        StoreDoctor.item_count(ingest, n_items_file, len(handle.items()), handle.native_count()),
+        StoreDoctor.item_count(
+            ingest,
+            n_items_file,
+            len(handle.items()),
+            handle.native_count(),
+            handle.duplicate_count(),
+        ),  # fmt: skip
         doctor.document_count(ingest, slice_papers),
         doctor.knob_growth(),
     ]

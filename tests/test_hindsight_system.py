@@ -159,3 +159,18 @@ def test_a_question_whose_facts_fill_the_token_knob_did_not_run_short() -> None:
     assert HindsightSystem().ranking_lengths([full, short]) == [knob, 1]
     # a knob that counts items compares the number of hits (the contract's default)
     assert get_store_system("mem0").ranking_lengths([full, short]) == [2, 1]
+
+
+def test_exact_repeats_of_a_fact_are_one_item_and_counted_as_duplicates() -> None:
+    """A chunk Hindsight splits and asks again can store the same fact twice: the export holds
+    it once (content ids), and the doctor compares like with like and names the repeats."""
+    from srb.systems.hindsight import HindsightHandle
+
+    records = [{"document_id": "p1", "text": "Aspirin lowered mortality."},
+               {"document_id": "p1", "text": "Aspirin lowered mortality."},
+               {"document_id": "p2", "text": "Aspirin lowered mortality."},  # another paper
+               {"document_id": "p1", "text": "Blood pressure fell."}]  # fmt: skip
+    handle = HindsightHandle.__new__(HindsightHandle)
+    handle._list = lambda document_id=None: records
+    assert len(handle.items()) == 3
+    assert handle.native_count() == 3 and handle.duplicate_count() == 1

@@ -273,6 +273,17 @@ def test_doctor_catches_an_item_count_that_disagrees_with_the_ingest_log(tmp_pat
         run(tmp_path, *doctor_for(tmp_path, system), ingest_log=log)
 
 
+def test_exact_repeats_in_the_store_are_counted_once_and_named(tmp_path) -> None:
+    from srb.store_doctor import StoreDoctor as Doctor
+
+    log = {"items_stored": 7}
+    ok = Doctor.item_count(log, 7, 7, 7, n_duplicates=3)  # 10 stored, 3 repeat another's text
+    assert ok.ok and "3 exact repeats" in ok.message
+    assert ok.seen["store_duplicates"] == 3
+    bad = Doctor.item_count(log, 7, 7, 8, n_duplicates=3)  # one more distinct: still caught
+    assert bad.ok is False and "store_native 8" in bad.message
+
+
 def test_doctor_fails_papers_without_items_above_the_allowed_share(tmp_path) -> None:
     system = SentenceStore(fail={"p2": 9})
     ingest(tmp_path, system)

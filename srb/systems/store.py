@@ -100,6 +100,11 @@ class StoreHandle(ABC):
         through the export); None when it cannot tell. The doctor compares it with the export."""
         return None
 
+    def duplicate_count(self) -> int:
+        """Stored items that repeat another's paper and text exactly, which the export (content
+        ids) holds once: not counted by `native_count`, reported by the doctor beside it."""
+        return 0
+
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release files and connections."""
 
