@@ -78,6 +78,45 @@ def test_a_runaway_inside_a_string_is_cut_and_reported_as_truncated() -> None:
     assert "whitespace runaway" in response["srb_cut"]["reason"]
 
 
+def test_a_cut_between_two_values_closes_the_open_brackets_and_says_so() -> None:
+    # Hindsight's cut answers: a fact closed, then blanks instead of the array's and root's end
+    head = '{"facts": [\n  {"text": "Aspirin [1] lowered {mortality}", "ids": [1]}\n  , '
+    pieces = [head, '{"text": "BP \\"fell\\"", "ids": [2, 3]}', *(["\n  "] * 100)]
+    response = read_stream(iter(sse(pieces)), JSON_BODY, max_run=64)
+    content = response["choices"][0]["message"]["content"]
+    assert json.loads(content) == {"facts": [
+        {"text": "Aspirin [1] lowered {mortality}", "ids": [1]},
+        {"text": 'BP "fell"', "ids": [2, 3]}]}  # fmt: skip
+    assert response["choices"][0]["finish_reason"] == "stop"
+    assert response["srb_cut"]["closed_with"] == "]}"
+    assert response["srb_cut"]["complete_json"] is False  # as the model wrote it, it was not
+
+
+@pytest.mark.parametrize(
+    ("written", "closed"),
+    [('{"facts": ["a",', '{"facts": ["a"]}'),  # a trailing comma is dropped
+     ('{"facts": [', '{"facts": []}'),
+     ('{"facts": ["a"], "n": 2', '{"facts": ["a"], "n": 2}')],
+)  # fmt: skip
+def test_closing_keeps_every_value_written(written: str, closed: str) -> None:
+    response = read_stream(iter(sse([written, *([" "] * 70)])), JSON_BODY, max_run=64)
+    assert response["choices"][0]["message"]["content"] == closed
+
+
+@pytest.mark.parametrize("written", ['{"facts": ["a", "b', '{"facts": ["a"], "n":', '{"a": 1]'])
+def test_a_cut_inside_a_string_after_a_key_or_on_a_bad_bracket_stays_truncated(written) -> None:
+    response = read_stream(iter(sse([written, *([" "] * 70)])), JSON_BODY, max_run=64)
+    assert response["choices"][0]["finish_reason"] == "length"
+    assert response["choices"][0]["message"]["content"] == written
+    assert "closed_with" not in response["srb_cut"]
+
+
+def test_a_plain_answer_is_never_closed() -> None:
+    response = read_stream(iter(sse(["[1, 2", *([" "] * 70)])), {"messages": []}, max_run=64)
+    assert response["choices"][0]["message"]["content"] == "[1, 2"
+    assert response["choices"][0]["finish_reason"] == "length"
+
+
 def test_an_answer_that_ends_by_itself_is_reassembled_unchanged() -> None:
     text = '{\n  "a": 1,\n' + " " * 22 + '"b": [1, 2]\n}'
     pieces = [text[i : i + 5] for i in range(0, len(text), 5)]
