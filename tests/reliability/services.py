@@ -1,0 +1,110 @@
+"""Which sockets a run listens on, and whether a planted secret leaks into its files.
+
+`watch` runs a command (the README's `make run`, say) with a random canary set as every API-key
+variable a library might read, samples the listening TCP sockets of the command's whole process
+tree every `interval` seconds until it exits, and `canary_hits` then searches every file the
+run wrote for the canary's bytes. Used by `bench/reliability.py services`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+#: the environment variables a memory library or model client reads an API key from
+CANARY_VARS = ("OPENAI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "ANTHROPIC_API_KEY")
+
+
+@dataclass(frozen=True)
+class Listener:
+    pid: int
+    process: str
+    address: str
+    port: int
+
+    @property
+    def loopback(self) -> bool:
+        return ipaddress.ip_address(self.address.split("%")[0]).is_loopback
+
+
+@dataclass
+class Watched:
+    returncode: int
+    wall_s: float
+    listeners: set[Listener]
+    processes_seen: int
+
+
+def planted_canary() -> str:
+    return "srb-canary-" + secrets.token_hex(16)
+
+
+def process_tree(root: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def listening(pids: Iterable[int]) -> set[Listener]:
+    """The listening TCP sockets (IPv4 and IPv6) held by `pids`."""
+    wanted = set(pids)
+    found = set()
+    for conn in psutil.net_connections(kind="inet"):
+        if conn.status != psutil.CONN_LISTEN or conn.pid not in wanted or not conn.laddr:
+            continue
+        try:
+            name = psutil.Process(conn.pid).name()
+        except psutil.NoSuchProcess:
+            name = "?"
+        found.add(Listener(conn.pid, name, conn.laddr.ip, conn.laddr.port))
+    return found
+
+
+def watch(command: Sequence[str], cwd: Path, env: dict[str, str], interval: float = 2.0) -> Watched:
+    """Run `command` to its end, sampling its process tree's listening sockets."""
+    started = time.monotonic()
+    proc = subprocess.Popen(list(command), cwd=cwd, env=env)
+    root = psutil.Process(proc.pid)
+    found: set[Listener] = set()
+    seen: set[int] = set()
+    while proc.poll() is None:
+        tree = process_tree(root)
+        seen.update(p.pid for p in tree)
+        found |= listening(p.pid for p in tree)
+        time.sleep(interval)
+    return Watched(proc.returncode, time.monotonic() - started, found, len(seen))
+
+
+def canary_env(canary: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update({name: canary for name in CANARY_VARS})
+    return env
+
+
+def canary_hits(canary: str, roots: Iterable[Path], chunk: int = 1 << 22) -> tuple[int, list[Path]]:
+    """(files searched, files holding the canary) under `roots`, read in chunks so a large
+    cache database is searched without loading it whole."""
+    needle = canary.encode()
+    searched, hits = 0, []
+    for root in roots:
+        if not root.exists():
+            continue
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+            searched += 1
+            tail = b""
+            with open(path, "rb") as fh:
+                while block := fh.read(chunk):
+                    if needle in tail + block:
+                        hits.append(path)
+                        break
+                    tail = block[-len(needle) :]
+    return searched, hits
