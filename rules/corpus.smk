@@ -8,6 +8,7 @@ rule prepare_corpus:
         problems="results/{corpus}/corpus/import_problems.txt",
     log:
         "results/logs/prepare_corpus/{corpus}.log",
+    priority: 30  # every job waits on it (it waited 0.9 min behind an own-env build)
     conda:
         "../envs/srb.yaml"
     resources:
