@@ -223,3 +223,37 @@ def test_resampling_is_bounded_and_a_good_answer_is_never_resampled(tmp_path):
     assert seeds == [None, 1, 2, 3]  # MAX_RESAMPLES re-samples, then the last one replays
     fine = [b for b in backend.bodies if b["messages"][-1]["content"] == "fine"]
     assert len(fine) == 1 and fine[0]["temperature"] == 0
+
+
+class SlowBackend(RecordingBackend):
+    def reply(self, body: dict) -> dict:
+        import time
+
+        time.sleep(1.5)
+        return super().reply(body)
+
+
+def test_a_library_that_times_out_is_not_an_endpoint_failure_and_its_retry_is_cached(tmp_path):
+    """Cognee's litellm gave up on a 10-minute answer under load; the endpoint's write then
+    broke, which was counted as its own failure and failed the whole ingest."""
+    import time
+
+    backend = SlowBackend()
+    with serve_endpoint(client_for(tmp_path, backend), None) as endpoint:
+        api = openai.OpenAI(base_url=endpoint.base_url, api_key="unused", max_retries=0,
+                            timeout=0.3)  # fmt: skip
+        with pytest.raises(openai.APITimeoutError):
+            api.chat.completions.create(model="m", messages=[{"role": "user", "content": "abc"}])
+        deadline = time.monotonic() + 10
+        while endpoint.stats.chat_requests == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.3)
+        patient = openai.OpenAI(base_url=endpoint.base_url, api_key="unused", max_retries=0)
+        retry = patient.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "abc"}]
+        )
+        stats = endpoint.stats.to_dict()
+    assert retry.choices[0].message.content == "cba"
+    assert len(backend.bodies) == 1 and stats["chat_cache_hits"] == 1  # the retry: cached
+    assert stats["internal_errors"] == 0
+    assert stats["client_disconnects"] <= 1  # counted when the socket noticed the peer left

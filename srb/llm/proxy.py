@@ -42,6 +42,7 @@ class EndpointStats:
     completion_tokens: int = 0
     failed_requests: int = 0  # the model server refused or failed a request (told to the library)
     internal_errors: int = 0  # the endpoint itself failed (server start, encoder, cache)
+    client_disconnects: int = 0  # the library timed out and left before its answer was sent
     truncated_responses: int = 0  # finish_reason "length": the model hit max_tokens
     cut_runaways: int = 0  # answers cut at a whitespace runaway (srb.llm.runaway)
     resampled_requests: int = 0  # a library's retry of a defective answer, sent re-sampled
@@ -224,15 +225,22 @@ class CachingEndpoint:
                 path = self.path.rstrip("/")
                 try:
                     if path.endswith("/chat/completions"):
-                        self._send(*endpoint.chat_completion(body))
+                        answer = endpoint.chat_completion(body)
                     elif path.endswith("/embeddings"):
-                        self._send(*endpoint.embeddings(body))
+                        answer = endpoint.embeddings(body)
                     else:
-                        self._send(404, _error(f"no route {self.path}"))
+                        answer = 404, _error(f"no route {self.path}")
                 except Exception as exc:  # a 500 to the library; counted: ingest then fails
                     log.exception("endpoint error on %s", self.path)
                     endpoint._count(internal_errors=1)
-                    self._send(500, _error(f"{type(exc).__name__}: {exc}"))
+                    answer = 500, _error(f"{type(exc).__name__}: {exc}")
+                try:
+                    self._send(*answer)
+                except (BrokenPipeError, ConnectionResetError):
+                    # the library stopped waiting (its own timeout) before the answer came:
+                    # not the endpoint's failure; the answer is cached for its retry
+                    log.warning("the client of %s left before its answer was sent", self.path)
+                    endpoint._count(client_disconnects=1)
 
         return Handler
 
