@@ -19,10 +19,11 @@ SECRET = "sk-test-9f8e7d6c5b4a"
 
 
 class FakeServer:
-    """Answers POST /v1/chat/completions with the next scripted status (200 once exhausted)."""
+    """Answers POST /v1/chat/completions with the next scripted status (200 once exhausted);
+    a scripted `bytes` is sent as the body of an HTTP 200."""
 
     def __init__(self) -> None:
-        self.script: list[int] = []
+        self.script: list[int | bytes] = []
         self.received: list[dict] = []
         self.lock = threading.Lock()
         server = self
@@ -35,6 +36,13 @@ class FakeServer:
                         {"path": self.path, "headers": dict(self.headers), "body": body}
                     )
                     status = server.script.pop(0) if server.script else 200
+                if isinstance(status, bytes):  # a malformed body sent with HTTP 200
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(status)))
+                    self.end_headers()
+                    self.wfile.write(status)
+                    return
                 if status == 200:
                     payload = {
                         "choices": [
@@ -147,6 +155,36 @@ def test_400_is_not_retried(server: FakeServer) -> None:
     assert server.attempts == 1
     assert "judge-model" in str(err.value) and server.url in str(err.value)
     assert "scripted 400" in str(err.value)  # the server's explanation is kept
+
+
+GOOD = json.dumps(
+    {"choices": [{"message": {"role": "assistant", "content": "It was lower."}}], "usage": {}}
+).encode()
+MALFORMED = {  # body of an HTTP 200 -> what the final error must say
+    "cut mid-JSON": (GOOD[: len(GOOD) // 2], "body is not JSON"),
+    "not JSON": (b"<html><body>502 Bad Gateway</body></html>", "body is not JSON"),
+    "no choices": (b'{"id": "x", "choices": [], "usage": {}}', "has no choices"),
+    "choice without message": (b'{"choices": [{"index": 0}]}', "first choice has no message"),
+    "JSON list": (b"[1, 2]", "is a JSON list"),
+}
+
+
+@pytest.mark.parametrize(("body", "_"), MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_200_is_retried(server: FakeServer, body: bytes, _: str) -> None:
+    server.script = [body]
+    out = backend(server.url, retries=2).chat(REQ)
+    assert out.text == "It was lower." and server.attempts == 2
+
+
+@pytest.mark.parametrize(("body", "defect"), MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_lasting_malformed_200_fails_naming_the_defect_and_is_never_returned(
+    server: FakeServer, body: bytes, defect: str
+) -> None:
+    server.script = [body] * 3
+    with pytest.raises(LLMCallError, match="3 attempts failed") as err:
+        backend(server.url, retries=3).post_chat({"messages": REQ.messages})
+    assert server.attempts == 3
+    assert defect in str(err.value) and server.url in str(err.value)
 
 
 def test_connection_refused_is_retried_then_raised(server: FakeServer) -> None:

@@ -58,6 +58,35 @@ class LLMCallError(RuntimeError):
         self.status = status
 
 
+class MalformedResponse(RuntimeError):
+    """An answer with HTTP 200 that is not a chat completion (a body that is not JSON, cut
+    short, or without a message): transient like a 5xx, so retried, and never returned (so
+    never cached)."""
+
+
+def checked_completion(data: Any) -> dict[str, Any]:
+    """`data` if it is a chat completion with a first choice holding a message, else
+    MalformedResponse naming what is missing."""
+    if not isinstance(data, dict):
+        raise MalformedResponse(f"response is a JSON {type(data).__name__}, not an object")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise MalformedResponse(f"response has no choices (choices: {choices!r})"[:200])
+    message = choices[0].get("message") if isinstance(choices[0], dict) else None
+    if not isinstance(message, dict):
+        raise MalformedResponse("response's first choice has no message")
+    return data
+
+
+def parsed_body(resp: httpx.Response) -> dict[str, Any]:
+    try:
+        data = resp.json()
+    except ValueError as exc:  # json.JSONDecodeError, UnicodeDecodeError
+        head = resp.text[:80].replace("\n", " ")
+        raise MalformedResponse(f"response body is not JSON ({exc}): {head!r}") from exc
+    return checked_completion(data)
+
+
 class Backend(Protocol):
     name: str
 
@@ -79,6 +108,8 @@ class OpenAICompatBackend:
         retries: int = 3,
         backoff_s: float = 2.0,
     ):
+        """`retries`: attempts per call; a call then takes at most about
+        retries x timeout_s + backoff_s x (2^(retries-1) - 1) before it fails for good."""
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
@@ -126,7 +157,7 @@ class OpenAICompatBackend:
                 f"{self.base_url}/chat/completions", json=body, headers=self._headers()
             )
             self._check_status(resp, resp.text)
-            return resp.json()
+            return parsed_body(resp)
 
         return self._retrying(send)
 
@@ -143,9 +174,11 @@ class OpenAICompatBackend:
                     self._check_status(resp, resp.read().decode(errors="replace"))
                 # leaving the block closes the connection: vLLM aborts a cut request
                 try:
-                    return read_stream(resp.iter_lines(), body, max_whitespace_run)
-                except StreamError as exc:
-                    raise LLMCallError(f"{self.model} at {self.base_url}: {exc}") from exc
+                    return checked_completion(
+                        read_stream(resp.iter_lines(), body, max_whitespace_run)
+                    )
+                except StreamError as exc:  # a stream cut or failed: retried like a 5xx
+                    raise MalformedResponse(str(exc)) from exc
 
         return self._retrying(send)
 
@@ -166,7 +199,7 @@ class OpenAICompatBackend:
         for attempt in range(1, self.retries + 1):
             try:
                 return send()
-            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+            except (httpx.TransportError, httpx.HTTPStatusError, MalformedResponse) as exc:
                 last = exc
                 if attempt < self.retries:
                     wait = self.backoff_s * 2 ** (attempt - 1)

@@ -17,7 +17,13 @@ from typing import Any
 
 from tqdm import tqdm
 
-from srb.llm.backends import Backend, ChatRequest, OpenAICompatBackend, TransformersBackend
+from srb.llm.backends import (
+    Backend,
+    ChatRequest,
+    LLMCallError,
+    OpenAICompatBackend,
+    TransformersBackend,
+)
 from srb.llm.cache import CallCache, call_key
 from srb.llm.models import model_identity, vllm_options
 from srb.llm.runaway import guardable
@@ -112,6 +118,15 @@ class LLMClient:
                 self._backend = self._factory() if self._factory else self._make_backend()
             return self._backend
 
+    def _call_limits(self) -> dict[str, float]:
+        """Per-call bounds from the model's config: a server that hangs, errs or answers
+        garbage costs at most about retries x timeout_s (+ back-off) per call, never a hang."""
+        return {
+            "timeout_s": float(self.spec.get("timeout_s", 600)),
+            "retries": int(self.spec.get("retries", 3)),
+            "backoff_s": float(self.spec.get("backoff_s", 2.0)),
+        }
+
     def _make_backend(self) -> Backend:
         source = self.spec.get("source", {})
         if self.backend_kind == "vllm":
@@ -125,15 +140,13 @@ class LLMClient:
             )
             self.stats.server_started = started
             self.stats.server_used = True
-            return OpenAICompatBackend(
-                url, self.model_name, timeout_s=self.spec.get("timeout_s", 600)
-            )
+            return OpenAICompatBackend(url, self.model_name, **self._call_limits())
         if self.backend_kind == "openai":
             return OpenAICompatBackend(
                 source["base_url"],
                 source["served_name"],
                 api_key_env=source.get("api_key_env"),
-                timeout_s=self.spec.get("timeout_s", 600),
+                **self._call_limits(),
             )
         if self.backend_kind == "transformers":
             return TransformersBackend(str(self.model_dir))
@@ -173,7 +186,12 @@ class LLMClient:
             finally:
                 pool.shutdown(wait=True, cancel_futures=True)
             if failure is not None:
-                raise failure
+                answered = sum(results[i] is not None for i in misses)
+                raise LLMCallError(
+                    f"{failure} ({answered} of this job's {len(misses)} model calls were "
+                    "answered and cached; a rerun asks only the others)",
+                    status=getattr(failure, "status", None),
+                ) from failure
         log.info(
             "%s: %d cache hits, %d model calls, server used: %s, started by this job: %s",
             desc,

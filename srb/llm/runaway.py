@@ -134,7 +134,14 @@ def read_stream(
         data = line[len("data:") :].strip()
         if data == "[DONE]":
             break
-        chunk = json.loads(data)
+        try:
+            chunk = json.loads(data)
+        except ValueError as exc:
+            raise StreamError(f"the model server sent an event that is not JSON: {exc}") from exc
+        if not isinstance(chunk, dict):
+            raise StreamError(
+                f"the model server sent an event that is a JSON {type(chunk).__name__}"
+            )
         if "error" in chunk:
             raise StreamError(f"the model server failed the streamed request: {chunk['error']}")
         head = head or {k: chunk.get(k) for k in ("id", "created", "model")}
