@@ -216,3 +216,51 @@ def test_cognee_ingests_through_its_own_venv_and_both_modalities_restore(ingeste
         ]
         assert rows and all(r["context"] for r in rows), cell
     assert not (root / "results/tiny/retrieval/cognee/graph_completion/2K.jsonl").exists()
+
+
+PLANTED = {
+    # the paper's Mem0 incident, for every store: the store path on an empty directory
+    "empty store directory": ("store", None),
+    # an export that lost half its items: the store, the export and the ingest log disagree
+    "export lost items": ("items", "check 4 (item_count)"),
+}
+
+
+@pytest.mark.parametrize("fault", PLANTED)
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_the_doctor_stops_a_planted_fault_in_every_real_store(ingested, system, fault) -> None:
+    """Planted in the real store each system's workflow ingested, then its doctor run through
+    the workflow: it must stop non-zero and say what is wrong; the store is put back after."""
+    import shutil
+
+    root = ingested[0]
+    store = root / f"results/tiny/store/{system}"
+    items = root / f"results/tiny/units/{system}.jsonl"
+    kind, expected = PLANTED[fault]
+    saved = root / "planted-backup"
+    shutil.rmtree(saved, ignore_errors=True)
+    saved.mkdir()
+    if kind == "store":
+        store.rename(saved / "store")
+        store.mkdir()
+    else:
+        shutil.copy2(items, saved / "items.jsonl")
+        lines = items.read_text().splitlines(keepends=True)
+        items.write_text("".join(lines[: len(lines) // 2]))
+    try:
+        proc = snakemake(root, root / "config.yaml", f"results/tiny/doctor/{system}.json",
+                         "--forcerun", "doctor_store", "--allowed-rules", "doctor_store")  # fmt: skip
+    finally:
+        if kind == "store":
+            shutil.rmtree(store)
+            (saved / "store").rename(store)
+        else:
+            shutil.copy2(saved / "items.jsonl", items)
+    log = (root / f"results/logs/doctor/tiny/{system}.log").read_text()
+    assert proc.returncode != 0, f"{system}: the doctor passed a store with {fault}"
+    assert not (root / f"results/tiny/doctor/{system}.json").exists()  # nothing taken as done
+    said = proc.stderr + log
+    if kind == "store":
+        assert str(store) in said and f"srb: doctor_store[tiny/{system}] failed" in proc.stderr
+    else:
+        assert expected and expected in said, said[-3000:]

@@ -328,4 +328,33 @@ VOTES_CASES = [
 ]  # fmt: skip
 
 
-CASES: list[Case] = [*CORPUS_CASES, *CONFIG_CASES, *MODEL_CASES, *LOADER_CASES, *VOTES_CASES]
+# ------------------------------------------------------------------------- requested targets
+
+
+def target_case(name: str, target: str) -> Case:
+    """A requested output whose wildcard values try shell metacharacters or climb out of
+    results/: the wildcard constraints (config values only) must leave no rule to match it,
+    so nothing runs, nothing is written and no shell sees the value."""
+    canary = "PLANTED-BY-TARGET"
+
+    def prepare(root: Path) -> list[str]:
+        corpus = write_tiny_corpus(root)
+        return snakemake_cmd(root, write_config(root, corpus), target.format(canary=canary))
+
+    return Case(name, "target", prepare, ("MissingRuleException", "No rule to produce results/"),
+                absent=("results", canary, f"../{canary}"))  # fmt: skip
+
+
+TARGET_CASES = [
+    target_case("wildcard with a command substitution",
+                "results/tiny/retrieval/simple_rag/bm25/$(touch {canary}).jsonl"),
+    target_case("wildcard with a command separator",
+                "results/tiny/retrieval/simple_rag/bm25/2K;touch {canary}.jsonl"),
+    target_case("wildcard climbing out of results",
+                "results/tiny/retrieval/../../../{canary}/bm25/2K.jsonl"),
+    target_case("corpus wildcard that is a parent path",
+                "results/../{canary}/retrieval/simple_rag/bm25/2K.jsonl"),
+]  # fmt: skip
+
+CASES: list[Case] = [*CORPUS_CASES, *CONFIG_CASES, *MODEL_CASES, *LOADER_CASES, *VOTES_CASES,
+                     *TARGET_CASES]  # fmt: skip

@@ -23,6 +23,7 @@ def test_the_catalogue_covers_every_area_with_at_least_25_cases() -> None:
         "published loader",
         "hf loader",
         "votes CSV",
+        "target",
     }
 
 
