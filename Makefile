@@ -52,9 +52,7 @@ bench-ingest: setup  # store-system ingest: concurrent vs sequential papers, war
 	$(BIN)/python bench/store_ingest.py
 
 reliability: setup  # malformed inputs, LLM faults, then the 10-point kill -9 sweep (one table each)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/reliability.py inputs
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/reliability.py faults
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/reliability.py kill --points 10
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/reliability.py all --points 10
 
 reliability-kill: setup  # the 10-point kill -9 sweep alone
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/reliability.py kill --points 10

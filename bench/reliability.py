@@ -20,6 +20,7 @@ Built so far:
     python bench/reliability.py services [--interval S] -- make run
     python bench/reliability.py faults [--only NAME ...] [--workdir DIR]
     python bench/reliability.py kill [--points N] [--seed S] [--workdir DIR]
+    python bench/reliability.py all [--points N] [--workdir DIR]   (make reliability)
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from tests.reliability.services import (  # noqa: E402
     watch,
 )
 
+SUMMARIES: list[str] = []  # each part's one-line figure, printed together by `all`
+
 
 def kill(points: int, seed: int, workdir: str | None) -> int:
     """The kill -9 sweep: one table, one summary line."""
@@ -55,6 +58,7 @@ def kill(points: int, seed: int, workdir: str | None) -> int:
     (root / "sweep.yaml").write_text(dump(result))
     print()
     print(f"{summary(result)} ({time.monotonic() - started:.0f} s; details in {root}/sweep.yaml)")
+    SUMMARIES.append(summary(result))
     return 0 if all(p.ok for p in result.points) else 1
 
 
@@ -75,6 +79,7 @@ def faults(only: list[str] | None, workdir: str | None) -> int:
             print(f"- {o.scenario.name}: {o.message.replace(str(root), '<workdir>')}")
     print()
     print(f"{summary(outcomes)} ({time.monotonic() - started:.0f} s; files under {root})")
+    SUMMARIES.append(summary(outcomes))
     return 0 if all(o.ok for o in outcomes) else 1
 
 
@@ -125,14 +130,31 @@ def main() -> int:
         parser.add_argument("--workdir", help="keep each point's files here")
         args = parser.parse_args(argv[1:])
         return kill(args.points, args.seed, args.workdir)
+    if argv[:1] == ["all"]:
+        parser = argparse.ArgumentParser(description="inputs, faults and the kill sweep")
+        parser.add_argument("--points", type=int, default=10)
+        parser.add_argument("--workdir", help="keep each part's files here")
+        args = parser.parse_args(argv[1:])
+        base = Path(args.workdir or tempfile.mkdtemp(prefix="srb-reliability-"))
+        codes = [inputs(None, str(base / "inputs")), faults(None, str(base / "faults")),
+                 kill(args.points, 0, str(base / "kill"))]  # fmt: skip
+        print()
+        print("\n".join(SUMMARIES))
+        print(
+            "services on loopback only / canary: python bench/reliability.py services -- make run"
+        )
+        return max(codes)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="run the cases whose name contains one of these")
     parser.add_argument("--workdir", help="keep each case's files here (default: a temp dir)")
     args = parser.parse_args(argv[1:] if argv[:1] == ["inputs"] else argv)
-    root = Path(args.workdir or tempfile.mkdtemp(prefix="srb-reliability-"))
-    cases = [
-        c for c in CASES if not args.only or any(o.lower() in c.name.lower() for o in args.only)
-    ]
+    return inputs(args.only, args.workdir)
+
+
+def inputs(only: list[str] | None, workdir: str | None) -> int:
+    """The malformed-input catalogue, one table."""
+    root = Path(workdir or tempfile.mkdtemp(prefix="srb-reliability-"))
+    cases = [c for c in CASES if not only or any(o.lower() in c.name.lower() for o in only)]
     print("| # | area | malformed input | exit | named | outputs left | message |")
     print("|---|---|---|---|---|---|---|")
     ok = 0
@@ -146,6 +168,7 @@ def main() -> int:
         print(f"| {i} | {case.area} | {case.name} | {o.returncode} | {named} | {left} | "
               f"{message} |", flush=True)  # fmt: skip
     print()
+    SUMMARIES.append(f"malformed inputs: {ok}/{len(cases)} clear errors")
     print(f"malformed inputs: {ok}/{len(cases)} clear errors "
           f"({time.monotonic() - started:.0f} s; files under {root})")  # fmt: skip
     print("also: python bench/reliability.py faults | kill | services -- make run")

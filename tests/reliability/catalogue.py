@@ -341,7 +341,7 @@ def target_case(name: str, target: str) -> Case:
         corpus = write_tiny_corpus(root)
         return snakemake_cmd(root, write_config(root, corpus), target.format(canary=canary))
 
-    return Case(name, "target", prepare, ("MissingRuleException", "No rule to produce results/"),
+    return Case(name, "target", prepare, ("MissingRuleException", canary, "No rule to produce"),
                 absent=("results", canary, f"../{canary}"))  # fmt: skip
 
 
