@@ -27,12 +27,31 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def staging_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def clear_stale_staging(path: Path) -> int:
+    """Remove what a killed writer of `path` left beside it (`.NAME.*.tmp`, files or
+    directories); returns how many. Only one job writes an output at a time (Snakemake), so
+    a staging file of `path` that exists when its writer starts is a dead writer's."""
+    removed = 0
+    for stale in path.parent.glob(f"{staging_prefix(path)}*.tmp"):
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
 @contextmanager
 def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO[Any]]:
     """Write to a temporary file beside `path`, fsync it, then rename it over `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    clear_stale_staging(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=staging_prefix(path), suffix=".tmp")
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as fh:
             yield fh
@@ -51,7 +70,8 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     """Fill a staging directory beside `path`; on success it replaces `path` whole."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    clear_stale_staging(path)
+    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=staging_prefix(path), suffix=".tmp"))
     try:
         yield staging
         os.chmod(staging, 0o777 & ~_umask())

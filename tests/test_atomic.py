@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from srb import atomic
-from srb.atomic import atomic_write, write_json
+from srb.atomic import atomic_directory, atomic_write, write_json, write_jsonl
 from srb.index.dense import save_dense_index
 
 
@@ -67,3 +67,33 @@ def test_dense_index_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
     save_dense_index(_index(4), ["w", "x", "y", "z"], directory, {"encoder": "e"})
     assert faiss.read_index(str(directory / "index.faiss")).ntotal == 4
     assert (directory / "ids.txt").read_text().split() == ["w", "x", "y", "z"]
+
+
+def test_a_killed_writers_staging_is_cleared_by_the_next_write(tmp_path: Path) -> None:
+    """SIGKILL (or the SIGTERM `srb resume` sends an orphan) runs no cleanup: the next writer
+    of the same output removes what the dead one left, and only that."""
+    import subprocess
+    import sys
+
+    target = tmp_path / "cells.jsonl"
+    other = tmp_path / ".other.jsonl.x.tmp"
+    other.write_text("another output's staging")
+    script = (
+        "import os, signal\n"
+        "from srb.atomic import atomic_directory, atomic_write\n"
+        f"with atomic_directory({str(tmp_path / 'index')!r}) as d:\n"
+        "    (d / 'part').write_text('half')\n"
+        f"    with atomic_write({str(target)!r}) as fh:\n"
+        "        fh.write('half a record'); fh.flush()\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script])
+    assert proc.returncode == -9
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp"))
+    assert len(left) == 3  # the dead writer's file and directory, and the other output's
+    write_jsonl(target, [{"a": 1}])
+    with atomic_directory(tmp_path / "index") as d:
+        (d / "part").write_text("whole")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.jsonl.x.tmp", "cells.jsonl",
+                                                           "index"]  # fmt: skip
+    assert (tmp_path / "index/part").read_text() == "whole"

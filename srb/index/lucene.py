@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from srb.atomic import clear_stale_staging, staging_prefix
 from srb.java import prepare_jvm
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,10 @@ def build_lucene_index(
 
     index_dir = Path(index_dir)
     index_dir.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=index_dir.parent, prefix=".lucene-") as tmp:
+    clear_stale_staging(index_dir)  # a killed build's collection and half an index
+    with tempfile.TemporaryDirectory(
+        dir=index_dir.parent, prefix=staging_prefix(index_dir), suffix=".tmp"
+    ) as tmp:
         collection = Path(tmp) / "collection"
         collection.mkdir()
         n = 0

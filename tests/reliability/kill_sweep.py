@@ -280,13 +280,14 @@ def sweep(workdir: Path, n: int, seed: int = 0) -> Sweep:
             root.mkdir()
             write_sweep_config(root, proxy.url)
             t0 = time.monotonic()
+            earlier = Counter(proxy.stats.delivered)  # the reference's and earlier points'
             run_until_killed(root, point)
             point.cache_corrupt = not cache_intact(root)
             marks: dict[str, Counter] = {}
 
-            def mark(marks: dict[str, Counter] = marks) -> None:
-                # the orphans are stopped: what was delivered is cached
-                marks["delivered"] = Counter(proxy.stats.delivered)
+            def mark(marks: dict[str, Counter] = marks, earlier: Counter = earlier) -> None:
+                # the orphans are stopped: what this point's run was answered is cached
+                marks["delivered"] = proxy.stats.delivered - earlier
                 marks["received"] = Counter(proxy.stats.received)
 
             rc, said = complete_run(root, mark)
