@@ -37,13 +37,8 @@ class FakeServer:
                     )
                     status = server.script.pop(0) if server.script else 200
                 if isinstance(status, bytes):  # a malformed body sent with HTTP 200
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(status)))
-                    self.end_headers()
-                    self.wfile.write(status)
-                    return
-                if status == 200:
+                    status, data = 200, status
+                elif status == 200:
                     payload = {
                         "choices": [
                             {
@@ -53,9 +48,9 @@ class FakeServer:
                         ],
                         "usage": {"prompt_tokens": 17, "completion_tokens": 5},
                     }
+                    data = json.dumps(payload).encode()
                 else:
-                    payload = {"error": f"scripted {status}"}
-                data = json.dumps(payload).encode()
+                    data = json.dumps({"error": f"scripted {status}"}).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

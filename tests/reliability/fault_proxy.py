@@ -70,10 +70,6 @@ class ProxyStats:
     faulted: Counter = field(default_factory=Counter)  # fault kind -> requests it hit
     upstream_calls: int = 0  # answers asked of the real server (tape misses)
 
-    @property
-    def requests(self) -> int:
-        return sum(self.received.values())
-
 
 class FaultProxy:
     def __init__(
@@ -93,7 +89,6 @@ class FaultProxy:
         self._http = httpx.Client(timeout=upstream_timeout_s)
         self._server: ThreadingHTTPServer | None = None
         self._port = port
-        self.dead = False
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -111,7 +106,6 @@ class FaultProxy:
         server.daemon_threads = True
         self._port = server.server_address[1]
         self._server = server
-        self.dead = False
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                          daemon=True).start()  # fmt: skip
         return self
@@ -133,7 +127,6 @@ class FaultProxy:
     def _die(self) -> None:
         """Close the listener before the dying request's connection drops, so no later
         connection is accepted (called from a handler thread, not the serving one)."""
-        self.dead = True
         self.stop()
 
     # ---------------------------------------------------------------- requests

@@ -18,7 +18,6 @@ faults` (every scenario, one table).
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import time
 from collections import Counter
@@ -338,7 +337,3 @@ def table(outcomes: list[Outcome]) -> list[str]:
 
 def summary(outcomes: list[Outcome]) -> str:
     return f"LLM faults: {sum(o.ok for o in outcomes)}/{len(outcomes)} bounded"
-
-
-def dump(outcomes: list[Outcome]) -> str:
-    return json.dumps([{**vars(o), "scenario": o.scenario.name} for o in outcomes], indent=1)
