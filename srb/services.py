@@ -29,7 +29,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -37,6 +36,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
+
+from srb.signals import shielded, sigterm_raises
 
 log = logging.getLogger(__name__)
 
@@ -200,50 +201,6 @@ def _live_leases(leases: Path) -> list[dict[str, Any]]:
     return live
 
 
-# ---------------------------------------------------------------------- signals during a start
-
-
-@contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """While a service starts, SIGTERM raises (SystemExit 143) instead of killing this process
-    outright, so the half-started service in its own session is stopped, not orphaned. Only in
-    the main thread, and only over the default handler; the previous one is restored."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous is not signal.SIG_DFL:
-        yield
-        return
-
-    def raise_exit(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, raise_exit)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextmanager
-def _shielded() -> Iterator[None]:
-    """Ignore SIGINT/SIGTERM while a half-started service is being stopped, so a second signal
-    cannot interrupt the cleanup and orphan it after all."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    for s in saved:
-        signal.signal(s, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        for s, handler in saved.items():
-            if handler is not None:
-                signal.signal(s, handler)
-
-
 # ---------------------------------------------------------------------- acquire / start
 
 
@@ -353,7 +310,7 @@ def _start(
         )
         proc: subprocess.Popen[bytes] | None = None
         try:
-            with _sigterm_raises():
+            with sigterm_raises():
                 with open(log_file, "ab") as out:
                     proc = subprocess.Popen(
                         cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -381,7 +338,7 @@ def _start(
                     delay = min(2.0, delay * 1.5)
         except BaseException:
             if proc is not None:
-                with _shielded():
+                with shielded():
                     log.warning("start of %s interrupted; stopping pid %d", label, proc.pid)
                     registry.unlink(missing_ok=True)
                     _terminate(proc.pid)

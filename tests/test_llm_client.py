@@ -272,3 +272,40 @@ def test_a_prompt_another_job_cached_meanwhile_is_replaced_by_that_answer(tmp_pa
     client.cache.get = get_before_the_other_job
     assert other.put(key, won) == won
     assert client.run(requests(1), T_HASH) == [won]
+
+
+# a job asking 8 questions, 4 in flight, each answered after 1.5 s; SIGTERM comes at 0.5 s
+SIGTERMED_JOB = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from tests.test_llm_client import FakeBackend, T_HASH, make_client, requests
+backend = FakeBackend(delays={i: 1.5 for i in range(8)})
+client, _ = make_client(Path(sys.argv[1]), backend, concurrency=4)
+print("asking", flush=True)
+client.run(requests(8), T_HASH)
+print("not reached", flush=True)
+"""
+
+
+def test_sigterm_drains_the_calls_in_flight_into_the_cache(tmp_path: Path) -> None:
+    """`srb resume` and schedulers stop a job with SIGTERM: the 4 answers already being computed
+    are cached (a rerun does not ask them again), the 4 queued ones are never sent."""
+    import signal
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-c", SIGTERMED_JOB, str(tmp_path), str(repo)],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline() == "asking\n"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM and "not reached" not in out
+    cache = CallCache(tmp_path / "cache" / "calls.sqlite")
+    assert len(cache) == 4
+    backend = FakeBackend()
+    client, _ = make_client(tmp_path, backend, concurrency=4)
+    assert client.run(requests(8), T_HASH) == [expected(i) for i in range(8)]
+    assert sorted(backend.calls) == [f"question {i}" for i in range(4, 8)]  # only the queued 4

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ class CallCache:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._conn = open_wal(self.path, check_same_thread=False)
+        self._lock = threading.Lock()  # one connection, shared by a job's calling threads
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute(
             "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, kind TEXT, model TEXT,"
@@ -35,7 +37,8 @@ class CallCache:
         )
 
     def get(self, key: str) -> dict[str, Any] | None:
-        row = self._conn.execute("SELECT response FROM calls WHERE key = ?", (key,)).fetchone()
+        with self._lock:
+            row = self._conn.execute("SELECT response FROM calls WHERE key = ?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
 
     def put(
@@ -47,16 +50,17 @@ class CallCache:
         get different text back. The first stored one wins, and both callers must use *it*, or
         the files written now would differ from the ones a warm rerun replays.
         """
-        self._conn.execute(
-            "INSERT OR IGNORE INTO calls (key, kind, model, response, created) VALUES (?,?,?,?,?)",
-            (
-                key,
-                kind,
-                model,
-                json.dumps(response, sort_keys=True, ensure_ascii=False),
-                time.time(),
-            ),
-        )
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR IGNORE INTO calls (key, kind, model, response, created) VALUES (?,?,?,?,?)",
+                (
+                    key,
+                    kind,
+                    model,
+                    json.dumps(response, sort_keys=True, ensure_ascii=False),
+                    time.time(),
+                ),
+            )
         stored = self.get(key)
         if stored is None:  # cannot happen unless the database lost the row
             raise RuntimeError(f"LLM call cache {self.path}: key {key} vanished after insert")

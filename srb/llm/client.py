@@ -27,6 +27,7 @@ from srb.llm.backends import (
 from srb.llm.cache import CallCache, call_key
 from srb.llm.models import model_identity, vllm_options
 from srb.llm.runaway import guardable
+from srb.signals import sigterm_raises
 
 log = logging.getLogger(__name__)
 
@@ -162,29 +163,37 @@ class LLMClient:
         self.stats.cache_hits += len(requests) - len(misses)
         if misses:
             backend = self._get_backend()
+
+            def ask(i: int) -> dict[str, Any]:
+                # cached in the thread the answer arrives on, so a job stopped now keeps it;
+                # the cache's copy may be another caller's answer to the same prompt
+                completion = backend.chat(requests[i]).to_dict()
+                return self.cache.put(keys[i], completion, model=self.model_name)
+
             pool = ThreadPoolExecutor(self.concurrency)
-            futures = {pool.submit(backend.chat, requests[i]): i for i in misses}
+            futures = {pool.submit(ask, i): i for i in misses}
             failure: BaseException | None = None
-            try:
-                for future in tqdm(
-                    as_completed(futures), total=len(futures), desc=desc, mininterval=5
-                ):
-                    i = futures[future]
-                    if future.cancelled():
-                        continue
-                    exc = future.exception()
-                    if exc is not None:
-                        if failure is None:  # stop queued calls; keep those already running
-                            failure = exc
-                            for f in futures:
-                                f.cancel()
-                        continue
-                    completion = future.result().to_dict()
-                    # the cache's copy, which may be another caller's answer to the same prompt
-                    results[i] = self.cache.put(keys[i], completion, model=self.model_name)
-                    self.stats.model_calls += 1
-            finally:
-                pool.shutdown(wait=True, cancel_futures=True)
+            # SIGTERM (`srb resume` or a scheduler stopping this job) raises here, and the pool's
+            # shutdown then lets the calls in flight finish into the cache before the job exits
+            with sigterm_raises():
+                try:
+                    for future in tqdm(
+                        as_completed(futures), total=len(futures), desc=desc, mininterval=5
+                    ):
+                        i = futures[future]
+                        if future.cancelled():
+                            continue
+                        exc = future.exception()
+                        if exc is not None:
+                            if failure is None:  # stop queued calls; keep those already running
+                                failure = exc
+                                for f in futures:
+                                    f.cancel()
+                            continue
+                        results[i] = future.result()
+                        self.stats.model_calls += 1
+                finally:
+                    pool.shutdown(wait=True, cancel_futures=True)
             if failure is not None:
                 answered = sum(results[i] is not None for i in misses)
                 raise LLMCallError(

@@ -32,8 +32,6 @@ from srb.services import _live_leases as _live_leases
 from srb.services import _locked as _locked
 from srb.services import _proc_start as _proc_start
 from srb.services import _safe as _safe
-from srb.services import _shielded as _shielded
-from srb.services import _sigterm_raises as _sigterm_raises
 from srb.services import _terminate as _terminate
 from srb.services import _write_json as _write_json
 from srb.services import acquire_service

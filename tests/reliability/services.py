@@ -74,14 +74,17 @@ def watch(command: Sequence[str], cwd: Path, env: dict[str, str], interval: floa
     started = time.monotonic()
     proc = subprocess.Popen(list(command), cwd=cwd, env=env)
     root = psutil.Process(proc.pid)
-    found: set[Listener] = set()
+    # one entry per socket, with the process first seen holding it: a child forked by a
+    # listener holds its sockets until it execs, and psutil then names either process
+    found: dict[tuple[str, int], Listener] = {}
     seen: set[int] = set()
     while proc.poll() is None:
         tree = process_tree(root)
         seen.update(p.pid for p in tree)
-        found |= listening(p.pid for p in tree)
+        for lst in sorted(listening(p.pid for p in tree), key=lambda x: x.pid):
+            found.setdefault((lst.address, lst.port), lst)
         time.sleep(interval)
-    return Watched(proc.returncode, time.monotonic() - started, found, len(seen))
+    return Watched(proc.returncode, time.monotonic() - started, set(found.values()), len(seen))
 
 
 def canary_env(canary: str, base: dict[str, str] | None = None) -> dict[str, str]:
