@@ -14,12 +14,14 @@ Built so far:
   the timeout, bodies cut or not JSON, empty choice lists, connection refused, a server that
   dies mid-run, judge answers whose JSON is cut or is prose.
 - `kill`: kill -9 of `snakemake` at seeded random points of a whole run on the tiny corpus,
-  each then resumed with the README's command (`tests/reliability/kill_sweep.py`).
+  each then resumed with the README's command (`tests/reliability/kill_sweep.py`); with
+  `--signals INT` a Ctrl-C to its process group, with `--signals TERM` a SIGTERM, after which
+  the run must stop on its own within a bound (several: the points cycle through them).
 
     python bench/reliability.py [inputs] [--only NAME ...] [--workdir DIR]
     python bench/reliability.py services [--interval S] -- make run
     python bench/reliability.py faults [--only NAME ...] [--workdir DIR]
-    python bench/reliability.py kill [--points N] [--seed S] [--workdir DIR]
+    python bench/reliability.py kill [--points N] [--seed S] [--signals KILL INT TERM] [--workdir DIR]
     python bench/reliability.py all [--points N] [--workdir DIR]   (make reliability)
 """
 
@@ -29,6 +31,7 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,13 +48,14 @@ from tests.reliability.services import (  # noqa: E402
 SUMMARIES: list[str] = []  # each part's one-line figure, printed together by `all`
 
 
-def kill(points: int, seed: int, workdir: str | None) -> int:
-    """The kill -9 sweep: one table, one summary line."""
+def kill(points: int, seed: int, workdir: str | None, signals: Sequence[str] = ("KILL",)) -> int:
+    """The kill -9 sweep (Ctrl-C / SIGTERM points with INT / TERM in `signals`): one table,
+    one summary line."""
     from tests.reliability.kill_sweep import dump, summary, sweep, table
 
     root = Path(workdir or tempfile.mkdtemp(prefix="srb-kill-"))
     started = time.monotonic()
-    result = sweep(root, points, seed)
+    result = sweep(root, points, seed, signals)
     print(f"uninterrupted run: {result.reference_wall_s:.0f} s, {result.reference_outputs} "
           f"output files compared")  # fmt: skip
     print("\n".join(table(result)))
@@ -127,9 +131,14 @@ def main() -> int:
         parser = argparse.ArgumentParser(description=kill.__doc__)
         parser.add_argument("--points", type=int, default=10)
         parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--signals", nargs="+", default=["KILL"],
+                            choices=["KILL", "INT", "TERM"],
+                            help="the points cycle through these: SIGKILL to snakemake "
+                                 "(default), SIGINT to its process group (Ctrl-C), SIGTERM to "
+                                 "snakemake")  # fmt: skip
         parser.add_argument("--workdir", help="keep each point's files here")
         args = parser.parse_args(argv[1:])
-        return kill(args.points, args.seed, args.workdir)
+        return kill(args.points, args.seed, args.workdir, args.signals)
     if argv[:1] == ["all"]:
         parser = argparse.ArgumentParser(description="inputs, faults and the kill sweep")
         parser.add_argument("--points", type=int, default=10)

@@ -1,4 +1,5 @@
-"""kill -9 of `snakemake` at seeded random points, then the README's resume, judged byte for byte.
+"""kill -9 (or Ctrl-C, or SIGTERM) of `snakemake` at seeded random points, then the README's
+resume, judged byte for byte.
 
 The run is the whole phase structure on the tiny corpus: corpus preparation, units, dense and
 BM25 indexes, doctors, ranking, restored cells, synthesis, judging (the rubric judge and an LLM
@@ -9,16 +10,20 @@ CPU vLLM's batching makes fresh answers differ between runs, and the sweep must 
 resume, not the model's noise.
 
 Each point: a clean work directory, the command (`python -m srb resume`, then `snakemake
---cores 2`, as `make run`), SIGKILL to the main `snakemake` process (as a lost terminal would)
-when a seeded random job of a seeded phase has started plus a seeded delay, then the same
-command again. Counted per point:
+--cores 2`, as `make run`), an interruption when a seeded random job of a seeded phase has
+started plus a seeded delay, then the same command again. The interruption is one of `SIGNALS`:
+KILL (SIGKILL to the main `snakemake` process, as a lost terminal or the OOM killer would), INT
+(SIGINT to its whole process group, as Ctrl-C in a terminal) or TERM (SIGTERM to `snakemake`, as
+`kill pid` or a scheduler's time limit); after INT or TERM the run must stop on its own within
+`STOP_BOUND_S` (else it is killed and counted as hung). Counted per point:
 - whether the resumed run's exit status told the truth (0 exactly when every output of the
   uninterrupted run exists) and its outputs equal that run's (`latency_s` left out);
 - model calls after the kill that repeat an answer already delivered (must be 0): requests
   the resumed run sent whose body the proxy had answered before it (counted once `srb resume`
   stopped the orphaned jobs, which may still finish calls after the kill);
 - a call cache that fails SQLite's integrity check after the kill (must be 0);
-- processes of the work directory alive after the resume finished (orphans; must be 0).
+- processes of the work directory alive after the resume finished (orphans; must be 0);
+- for INT and TERM, seconds from the signal to snakemake's exit, and whether it hung.
 
 Used by `tests/reliability/test_kill_sweep.py` (1 point) and `bench/reliability.py kill`
 (`make reliability-kill`: 10 points).
@@ -39,7 +44,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +69,15 @@ PHASES: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 ANSWER_DELAY_S = 0.4  # per taped answer: the model phases then take seconds, as they do
 RUN_TIMEOUT_S = 900
+#: how an interruption is sent: to snakemake alone, or to its process group (a terminal's Ctrl-C)
+SIGNALS: dict[str, tuple[signal.Signals, bool]] = {
+    "KILL": (signal.SIGKILL, False),
+    "INT": (signal.SIGINT, True),
+    "TERM": (signal.SIGTERM, False),
+}
+#: a run told to stop (INT, TERM) must have exited this many seconds later; the jobs running then
+#: are short on the tiny corpus (snakemake lets them finish on SIGTERM)
+STOP_BOUND_S = 120.0
 #: left out of the comparison, by design: wall clocks, and Lucene's segment files, which carry
 #: a random segment id per build (every ranking and cell read from them is compared)
 UNSTABLE = ("results/logs/", "results/benchmarks/")
@@ -84,8 +98,11 @@ class Point:
     rule: str
     occurrence: int  # kill after this many starts of `rule`
     delay_s: float
-    killed: bool = False  # the run was still going when the kill came
+    signal: str = "KILL"  # a key of SIGNALS
+    killed: bool = False  # the run was still going when the signal came
     killed_at_s: float = 0.0
+    stop_s: float = 0.0  # INT/TERM: seconds from the signal to snakemake's exit
+    hung: bool = False  # INT/TERM: still running STOP_BOUND_S after the signal (then killed)
     jobs_done_before: int = 0
     resume_returncode: int | None = None
     resume_said: str = ""  # what `python -m srb resume` printed
@@ -101,7 +118,7 @@ class Point:
     @property
     def ok(self) -> bool:
         return (self.truthful and self.identical and self.repeated_calls == 0
-                and not self.cache_corrupt and not self.orphans)  # fmt: skip
+                and not self.cache_corrupt and not self.orphans and not self.hung)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ set-up
@@ -188,14 +205,33 @@ def complete_run(root: Path, after_resume: Callable[[], None] | None = None) -> 
     return 0, "\n".join(out)
 
 
+def interrupt(proc: subprocess.Popen, point: Point) -> None:
+    """Send `point.signal`; for INT and TERM, wait up to STOP_BOUND_S for snakemake to exit."""
+    signum, to_group = SIGNALS[point.signal]
+    sent = time.monotonic()
+    if to_group:
+        os.killpg(proc.pid, signum)  # its own session: the group is snakemake and its jobs
+    else:
+        proc.send_signal(signum)
+    if signum == signal.SIGKILL:
+        return
+    try:
+        proc.wait(timeout=STOP_BOUND_S)
+    except subprocess.TimeoutExpired:
+        point.hung = True
+        proc.kill()
+    point.stop_s = time.monotonic() - sent
+
+
 def run_until_killed(root: Path, point: Point) -> None:
-    """The command, with SIGKILL to snakemake once `point.rule` started `occurrence` times."""
+    """The command, interrupted with `point.signal` once `point.rule` started `occurrence`
+    times (plus `delay_s`)."""
     subprocess.run(run_command(root)[0], cwd=root, env=env(), capture_output=True, check=True)
     log = root / "snakemake.out"
     started = time.monotonic()
     with log.open("w") as fh:
         proc = subprocess.Popen(run_command(root)[1], cwd=root, env=env(), stdout=fh,
-                                stderr=subprocess.STDOUT)  # fmt: skip
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         seen_at = None
         while proc.poll() is None and time.monotonic() - started < RUN_TIMEOUT_S:
@@ -203,9 +239,9 @@ def run_until_killed(root: Path, point: Point) -> None:
             if seen_at is None and RULE_LINE.findall(text).count(point.rule) >= point.occurrence:
                 seen_at = time.monotonic()
             if seen_at is not None and time.monotonic() - seen_at >= point.delay_s:
-                proc.send_signal(signal.SIGKILL)
                 point.killed = True
                 point.killed_at_s = time.monotonic() - started
+                interrupt(proc, point)
                 break
             time.sleep(0.05)
     finally:
@@ -215,9 +251,15 @@ def run_until_killed(root: Path, point: Point) -> None:
     point.jobs_done_before = log.read_text(errors="replace").count("Finished jobid")
 
 
-def choose_points(n: int, seed: int, reference_log: str) -> list[Point]:
+def choose_points(
+    n: int, seed: int, reference_log: str, signals: Sequence[str] = ("KILL",)
+) -> list[Point]:
     """n points, phases in a seeded cycle, each a random start of one of the phase's rules
-    (among the starts the uninterrupted run logged) and a random delay of 0-2 s."""
+    (among the starts the uninterrupted run logged) and a random delay of 0-2 s; the points'
+    interruptions cycle through `signals` (keys of SIGNALS)."""
+    unknown = [s for s in signals if s not in SIGNALS]
+    if unknown or not signals:
+        raise ValueError(f"unknown interruption {unknown or signals}: one of {', '.join(SIGNALS)}")
     rng = random.Random(seed)
     starts = RULE_LINE.findall(reference_log)
     phases = [p for p, rules in PHASES.items() if any(r in starts for r in rules)]
@@ -229,7 +271,7 @@ def choose_points(n: int, seed: int, reference_log: str) -> list[Point]:
         rules = [r for r in PHASES[phase] if r in starts]
         rule = rng.choice(rules)
         points.append(Point(i + 1, phase, rule, rng.randint(1, starts.count(rule)),
-                            round(rng.uniform(0.0, 2.0), 2)))  # fmt: skip
+                            round(rng.uniform(0.0, 2.0), 2), signals[i % len(signals)]))  # fmt: skip
     return points
 
 
@@ -261,7 +303,7 @@ def slow_tape(proxy: FaultProxy) -> None:
     proxy.answer = delayed  # type: ignore[method-assign]
 
 
-def sweep(workdir: Path, n: int, seed: int = 0) -> Sweep:
+def sweep(workdir: Path, n: int, seed: int = 0, signals: Sequence[str] = ("KILL",)) -> Sweep:
     workdir.mkdir(parents=True, exist_ok=True)
     with taped_model(workdir) as proxy:
         ref_root = workdir / "reference"
@@ -274,7 +316,7 @@ def sweep(workdir: Path, n: int, seed: int = 0) -> Sweep:
             raise RuntimeError(f"the uninterrupted run failed:\n{text[-4000:]}")
         reference = outputs(ref_root)
         slow_tape(proxy)
-        points = choose_points(n, seed, text)
+        points = choose_points(n, seed, text, signals)
         for point in points:
             root = workdir / f"point-{point.index:02d}"
             root.mkdir()
@@ -314,14 +356,17 @@ def sweep(workdir: Path, n: int, seed: int = 0) -> Sweep:
 
 
 def table(result: Sweep) -> list[str]:
-    rows = ["| # | phase | killed at | jobs done | resume exit | truthful | outputs equal | "
-            "repeated calls | cache intact | orphans | verdict |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    rows = ["| # | phase | signal at | stopped in | jobs done | resume exit | truthful | "
+            "outputs equal | repeated calls | cache intact | orphans | verdict |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for p in result.points:
-        where = (f"{p.rule} #{p.occurrence} +{p.delay_s:.1f} s ({p.killed_at_s:.0f} s in)"
-                 if p.killed else f"{p.rule} #{p.occurrence}: run ended first")  # fmt: skip
+        where = (f"SIG{p.signal} {p.rule} #{p.occurrence} +{p.delay_s:.1f} s "
+                 f"({p.killed_at_s:.0f} s in)" if p.killed
+                 else f"{p.rule} #{p.occurrence}: run ended first")  # fmt: skip
+        stopped = ("-" if p.signal == "KILL" or not p.killed
+                   else f"HUNG (> {STOP_BOUND_S:.0f} s)" if p.hung else f"{p.stop_s:.1f} s")  # fmt: skip
         same = "yes" if p.identical else f"NO ({len(p.missing)} missing, {len(p.differing)} differ)"
-        rows.append(f"| {p.index} | {p.phase} | {where} | {p.jobs_done_before} | "
+        rows.append(f"| {p.index} | {p.phase} | {where} | {stopped} | {p.jobs_done_before} | "
                     f"{p.resume_returncode} | {'yes' if p.truthful else 'NO'} | {same} | "
                     f"{p.repeated_calls} | {'no' if p.cache_corrupt else 'yes'} | "
                     f"{len(p.orphans)} | {'ok' if p.ok else 'FAILED'} |")  # fmt: skip
@@ -330,8 +375,16 @@ def table(result: Sweep) -> list[str]:
 
 def summary(result: Sweep) -> str:
     pts = result.points
-    return (f"kill -9 resumes: {sum(p.ok for p in pts)}/{len(pts)} identical "
-            f"({sum(p.killed for p in pts)} killed mid-run), "
+    how = {p.signal for p in pts}
+    name = {"KILL": "kill -9", "INT": "Ctrl-C (SIGINT)", "TERM": "SIGTERM"}
+    label = " / ".join(name[h] for h in SIGNALS if h in how) or "kill -9"
+    stopped = [p.stop_s for p in pts if p.signal != "KILL" and p.killed and not p.hung]
+    stops = ""
+    if how - {"KILL"}:
+        stops = f", hung {sum(p.hung for p in pts)}"
+        stops += f", stopped within {max(stopped):.0f} s" if stopped else ""
+    return (f"{label} resumes: {sum(p.ok for p in pts)}/{len(pts)} identical "
+            f"({sum(p.killed for p in pts)} interrupted mid-run{stops}), "
             f"untruthful exits {sum(not p.truthful for p in pts)}, "
             f"repeated completed calls {sum(p.repeated_calls for p in pts)}, "
             f"partial outputs accepted {sum(bool(p.differing) for p in pts)}, "
