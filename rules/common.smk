@@ -15,7 +15,12 @@ RUN_ID = os.environ.setdefault(
 )
 
 from srb.analysis import check_analysis_config  # noqa: E402
-from srb.config import check_config, check_llm_config, validate_schema  # noqa: E402
+from srb.config import (  # noqa: E402
+    apply_shared_storage,
+    check_config,
+    check_llm_config,
+    validate_schema,
+)
 
 # config errors name the file(s) the values came from and the key
 CONFIG_SOURCE = (
@@ -23,6 +28,7 @@ CONFIG_SOURCE = (
 )
 validate_schema(config, workflow.source_path("../config/schema.yaml"), CONFIG_SOURCE)
 check_config(config, CONFIG_SOURCE)
+apply_shared_storage(config)
 
 CORPORA = config["corpora"]
 SYSTEMS = config["systems"]

@@ -30,6 +30,21 @@ def validate_schema(config: dict[str, Any], schema: str | Path, source: str = "c
         raise ConfigError(f"{source}: {key.lstrip('.') or '(top level)'}: {err.message}") from None
 
 
+def apply_shared_storage(config: dict[str, Any]) -> None:
+    """`shared_storage: true` (set by profiles/slurm): the run directory is on a cluster's shared
+    file system, where SQLite's WAL is not safe, so a `*.sqlite` LLM-call or embedding cache
+    becomes the directory of the same name without the suffix (files linked into place, see
+    srb/llm/cache.py and srb/index/embed_cache.py). A cache path given without the suffix is a
+    directory already and stays as it is."""
+    if not config.get("shared_storage"):
+        return
+    for section in ("llm", "dense"):
+        part = config.get(section) or {}
+        cache = part.get("cache")
+        if isinstance(cache, str) and cache.endswith(".sqlite"):
+            part["cache"] = cache.removesuffix(".sqlite")
+
+
 def check_config(config: dict[str, Any], source: str = "config") -> None:
     known = registry()
     for name in config.get("systems", []):

@@ -75,8 +75,12 @@ def _safe(text: str) -> str:
 
 def service_key(name: str, settings: Mapping[str, Any]) -> str:
     """Registry/lock name: the service plus everything that changes its answers, and this host
-    (a shared state dir holds each node's own services)."""
+    (a shared state dir holds each node's own services). Inside a SLURM job also that job: the
+    scheduler kills a job's whole process tree when it ends, a service it started included, so
+    a job on the same node must not lean on a service another job started."""
     ident = {"host": socket.gethostname(), "name": name, "settings": settings}
+    if os.environ.get("SLURM_JOB_ID"):
+        ident["slurm_job"] = os.environ["SLURM_JOB_ID"]
     digest = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
     return f"{_safe(name)}-{digest[:12]}"
 

@@ -354,3 +354,17 @@ def test_ending_one_models_phase_stops_only_that_models_server(
     assert srv.healthy(synth_url, "synth") and health_of(url)["pid"] == pids[NAME]
     assert stop_servers(tmp_path, "run-a", match={"model": "ingest"}) == 0
     assert stop_servers(tmp_path, "run-a") == 2
+
+
+def test_inside_a_slurm_job_a_service_is_that_job_s_own(monkeypatch) -> None:
+    """SLURM kills a job's process tree when the job ends, so two jobs on one node must not
+    share a service: the key differs per job, and outside SLURM it is the host's alone."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    plain = service_key("vllm", {"model": "m"})
+    assert plain == service_key("vllm", {"model": "m"})
+    monkeypatch.setenv("SLURM_JOB_ID", "101")
+    job_101 = service_key("vllm", {"model": "m"})
+    monkeypatch.setenv("SLURM_JOB_ID", "102")
+    job_102 = service_key("vllm", {"model": "m"})
+    assert len({plain, job_101, job_102}) == 3
+    assert all(k.startswith("vllm-") for k in (plain, job_101, job_102))

@@ -160,6 +160,11 @@ def test_reduced_grid_runs_as_slurm_jobs_with_declared_resources(cluster, tmp_pa
     resources = Counter((_rule(r[2]), int(r[3]), r[4], _minutes(r[5])) for r in jobs)
     assert resources == Counter((rule, t, f"{mem}M", rt) for rule, t, mem, rt in declared)
 
+    # the profile's shared-storage caches: shards of files, no SQLite on the shared directory
+    cache = tmp_path / "slurm" / "cache"
+    assert list((cache / "embeddings").glob("*.npz")), sorted(cache.rglob("*"))[:20]
+    assert not list(cache.glob("*.sqlite*")), sorted(cache.glob("*.sqlite*"))
+
     ours, theirs = _outputs(tmp_path / "local"), _outputs(tmp_path / "slurm")
     assert ours and ours.keys() == theirs.keys()
     differing = [k for k in ours if ours[k] != theirs[k]]

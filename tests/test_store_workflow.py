@@ -216,3 +216,65 @@ def test_cognee_ingests_through_its_own_venv_and_both_modalities_restore(ingeste
         ]
         assert rows and all(r["context"] for r in rows), cell
     assert not (root / "results/tiny/retrieval/cognee/graph_completion/2K.jsonl").exists()
+
+
+PLANTED = {
+    # the paper's Mem0 incident, for every store: the store path on an empty directory
+    "empty store directory": ("store", None),
+    # an export that lost half its items: the store, the export and the ingest log disagree
+    "export lost items": ("items", "check 4 (item_count)"),
+}
+
+
+@pytest.mark.parametrize("fault", PLANTED)
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_the_doctor_stops_a_planted_fault_in_every_real_store(ingested, system, fault) -> None:
+    """Planted in the real store each system's workflow ingested, then its doctor run through
+    the workflow: it must stop non-zero and say what is wrong; the store is put back after.
+
+    The planted path keeps its modification time, as a fault nobody noticed would: Snakemake
+    then reruns the doctor only (forced), not the BM25 index or the ingest, which would hide
+    or heal the fault. A dry run checks that first."""
+    import os
+    import shutil
+
+    from srb.paper_cost import parse_dry_run
+
+    root = ingested[0]
+    store = root / f"results/tiny/store/{system}"
+    items = root / f"results/tiny/units/{system}.jsonl"
+    target = f"results/tiny/doctor/{system}.json"
+    kind, expected = PLANTED[fault]
+    planted = store if kind == "store" else items
+    stat = planted.stat()
+    saved = root / "planted-backup"
+    shutil.rmtree(saved, ignore_errors=True)
+    saved.mkdir()
+    if kind == "store":
+        store.rename(saved / "store")
+        store.mkdir()
+    else:
+        shutil.copy2(items, saved / "items.jsonl")
+        lines = items.read_text().splitlines(keepends=True)
+        items.write_text("".join(lines[: len(lines) // 2]))
+    os.utime(planted, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    try:
+        dry = snakemake(root, root / "config.yaml", target, "--forcerun", "doctor_store", "-n")
+        planned = sorted({job.rule for job in parse_dry_run(dry.stdout + dry.stderr)})
+        assert dry.returncode == 0 and planned == ["doctor_store"], (planned, dry.stderr[-2000:])
+        proc = snakemake(root, root / "config.yaml", target, "--forcerun", "doctor_store")
+    finally:
+        if kind == "store":
+            shutil.rmtree(store)
+            (saved / "store").rename(store)
+        else:
+            shutil.copy2(saved / "items.jsonl", items)
+        os.utime(planted, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    log = (root / f"results/logs/doctor/tiny/{system}.log").read_text()
+    assert proc.returncode != 0, f"{system}: the doctor passed a store with {fault}"
+    assert not (root / target).exists()  # nothing taken as done
+    said = proc.stderr + log
+    if kind == "store":
+        assert str(store) in said and f"srb: doctor_store[tiny/{system}] failed" in proc.stderr
+    else:
+        assert expected and expected in said, said[-3000:]

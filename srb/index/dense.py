@@ -54,9 +54,9 @@ class Encoder:
         self._model: Any = None
         self.cache = None
         if cache_path is not None:
-            from srb.index.embed_cache import EmbeddingCache, encoder_fingerprint
+            from srb.index.embed_cache import encoder_fingerprint, open_embedding_cache
 
-            self.cache = EmbeddingCache(cache_path)
+            self.cache = open_embedding_cache(cache_path)
             self.fingerprint = encoder_fingerprint(self.path)
         self.encoded = 0  # texts actually run through the model (cache misses)
 

@@ -3,11 +3,19 @@
 Key = encoder identity (path + weights hash) + the exact text; value = the float32 vector bytes.
 A rerun (or `--forceall`) re-encodes nothing and, since the bytes are stored verbatim, builds a
 byte-identical FAISS index. The encoder model itself is loaded only when something is missing.
+
+A path ending in `.sqlite` is one SQLite file (WAL: one machine). Any other path is a directory
+of immutable shards (`EmbeddingShards`), safe on a cluster's shared file system: each batch of
+misses becomes one `.npz` file, written privately and hard-linked into place (atomic, and
+refused if the name exists), and readers index every complete shard they find.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import socket
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -61,3 +69,76 @@ class EmbeddingCache:
                 found[k] = v32
             self._conn.execute("COMMIT")
         return np.stack([found[k] for k in keys]).astype(np.float32), len(missing)
+
+
+class EmbeddingShards:
+    """The embedding cache as a directory of immutable shards, for shared storage (see the
+    module). A text two jobs encoded at once lies in both their shards; the shard whose name
+    sorts first is used, so every later reader replays the same vector."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if self.path.exists() and not self.path.is_dir():
+            raise ValueError(
+                f"embedding cache {self.path}: a file, but a path without the .sqlite suffix "
+                "names a directory of shards (for shared storage)"
+            )
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._where: dict[str, tuple[str, int]] = {}  # key -> (shard name, row)
+        self._shards: dict[str, np.ndarray] = {}  # shard name -> its vectors, once read
+
+    def _refresh(self) -> None:
+        """Index shards written since the last look (by this job or any other)."""
+        for shard in sorted(self.path.glob("*.npz")):
+            if shard.name in self._shards:
+                continue
+            with np.load(shard) as data:
+                keys, vectors = data["keys"], data["vectors"]
+            self._shards[shard.name] = vectors
+            for row, key in enumerate(keys.tolist()):
+                known = self._where.get(key)
+                if known is None or shard.name < known[0]:
+                    self._where[key] = (shard.name, row)
+
+    def _vector(self, key: str) -> np.ndarray:
+        name, row = self._where[key]
+        return self._shards[name][row]
+
+    def _write(self, keys: list[str], vectors: np.ndarray) -> None:
+        name = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:32] + ".npz"
+        final = self.path / name
+        tmp = (
+            self.path / f".{name}.{socket.gethostname()}.{os.getpid()}.{threading.get_ident()}.tmp"
+        )
+        try:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, keys=np.array(keys), vectors=vectors)
+                fh.flush()
+                os.fsync(fh.fileno())
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                pass  # the same batch, written by another job first
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def encode(
+        self, fingerprint: str, texts: Sequence[str], encode_fn: Callable[[list[str]], np.ndarray]
+    ) -> tuple[np.ndarray, int]:
+        """Vectors for `texts` (cached ones replayed); returns them and the number encoded."""
+        keys = [EmbeddingCache.key(fingerprint, t) for t in texts]
+        self._refresh()
+        missing = sorted(
+            {k: t for k, t in zip(keys, texts, strict=True) if k not in self._where}.items()
+        )
+        if missing:
+            vectors = np.ascontiguousarray(encode_fn([t for _, t in missing]), dtype=np.float32)
+            self._write([k for k, _ in missing], vectors)
+            self._refresh()
+        return np.stack([self._vector(k) for k in keys]).astype(np.float32), len(missing)
+
+
+def open_embedding_cache(path: str | Path) -> EmbeddingCache | EmbeddingShards:
+    """`*.sqlite`: one SQLite file (a workstation); any other path: a directory of shards
+    (shared storage on a cluster)."""
+    return EmbeddingCache(path) if str(path).endswith(".sqlite") else EmbeddingShards(path)

@@ -1,4 +1,4 @@
-"""Content-addressed cache of model calls in SQLite.
+"""Content-addressed cache of model calls: one SQLite file, or a directory of files.
 
 The key hashes everything that determines an output (backend; the model identity from
 `models.model_identity`: weights hash or pinned revision, tokenizer/chat-template/config file
@@ -6,12 +6,21 @@ hashes, the vLLM options that change answers with dtype resolved, or a served en
 name; prompt-template hash, rendered messages, sampling parameters, seed), so a warm cache
 replays a whole run with zero model calls and byte-identical files. WAL mode + one short transaction per
 write make it safe with concurrent Snakemake jobs and with kill -9 (a write commits or vanishes).
+
+SQLite's WAL needs shared memory between its writers, so it is not safe on a network file
+system (NFS, Lustre, GPFS), where a cluster's jobs on several nodes would share it. A cache path
+that does not end in `.sqlite` is therefore a directory with one file per call (`CallFiles`):
+each answer is written to a private temporary file, flushed, then hard-linked into place, and
+link() is atomic on such file systems and refuses an existing name, so concurrent writers on
+any node agree on the first stored answer, and a reader never sees a partial one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -71,3 +80,69 @@ class CallCache:
 
     def close(self) -> None:
         self._conn.close()
+
+
+class CallFiles:
+    """The call cache as a directory, `<key[:2]>/<key>.json` per call: safe for concurrent
+    writers on shared storage (see the module). Same interface as CallCache."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if self.path.exists() and not self.path.is_dir():
+            raise ValueError(
+                f"LLM call cache {self.path}: a file, but a path without the .sqlite suffix "
+                "names a directory of calls (one file per call, for shared storage)"
+            )
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def _file(self, key: str) -> Path:
+        return self.path / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self._file(key).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise RuntimeError(f"LLM call cache {self._file(key)}: unreadable ({exc})") from exc
+        return data["response"]
+
+    def put(
+        self, key: str, response: dict[str, Any], kind: str = "chat", model: str = ""
+    ) -> dict[str, Any]:
+        """Store a response unless the key is already there; return what the cache now holds
+        (the first stored answer wins, as in CallCache)."""
+        final = self._file(key)
+        if not final.exists():
+            final.parent.mkdir(exist_ok=True)
+            record = {"key": key, "kind": kind, "model": model, "response": response}
+            tmp = final.with_name(
+                f".{key}.{socket.gethostname()}.{os.getpid()}.{threading.get_ident()}.tmp"
+            )
+            try:
+                with open(tmp, "w", encoding="utf-8") as fh:
+                    json.dump(record, fh, sort_keys=True, ensure_ascii=False)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                try:
+                    os.link(tmp, final)
+                except FileExistsError:
+                    pass  # another writer's answer came first: that one is the cache's
+            finally:
+                tmp.unlink(missing_ok=True)
+        stored = self.get(key)
+        if stored is None:  # cannot happen unless the directory lost the file
+            raise RuntimeError(f"LLM call cache {final}: vanished after it was written")
+        return stored
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.path.glob("??/*.json"))
+
+    def close(self) -> None:
+        pass
+
+
+def open_call_cache(path: str | Path) -> CallCache | CallFiles:
+    """`*.sqlite`: one SQLite file (a workstation); any other path: a directory of call files
+    (shared storage on a cluster)."""
+    return CallCache(path) if str(path).endswith(".sqlite") else CallFiles(path)

@@ -24,7 +24,7 @@ from srb.llm.backends import (
     OpenAICompatBackend,
     TransformersBackend,
 )
-from srb.llm.cache import CallCache, call_key
+from srb.llm.cache import CallCache, CallFiles, call_key
 from srb.llm.models import model_identity, vllm_options
 from srb.llm.runaway import guardable
 from srb.signals import sigterm_raises
@@ -47,7 +47,7 @@ class LLMClient:
         model_name: str,
         spec: dict[str, Any],
         model_dir: str | None,
-        cache: CallCache,
+        cache: CallCache | CallFiles,
         state_dir: str | Path,
         concurrency: int = 8,
         backend_factory: Callable[[], Backend] | None = None,

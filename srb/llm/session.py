@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from srb.llm.cache import CallCache
+from srb.llm.cache import open_call_cache
 from srb.llm.client import LLMClient
 
 
@@ -24,7 +24,7 @@ def open_client(llm: dict[str, Any], model: str) -> tuple[LLMClient, str | None]
         model,
         spec,
         model_dir,
-        CallCache(llm["cache"]),
+        open_call_cache(llm["cache"]),
         llm["servers_dir"],
         concurrency=llm["concurrency"],
         models_dir=llm["models_dir"],
