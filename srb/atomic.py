@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import tempfile
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -97,3 +99,25 @@ def write_json(path: str | Path, obj: Any) -> None:
     with atomic_write(path) as fh:
         json.dump(obj, fh, indent=1, sort_keys=True, ensure_ascii=False)
         fh.write("\n")
+
+
+def link_once(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """Create `path` with what `write` writes, unless it exists: written to a private file
+    beside it, fsynced, then hard-linked into place. link() is atomic on network file systems
+    (NFS, Lustre, GPFS) and refuses an existing name, so concurrent writers on any node agree on
+    the first file and no reader sees a partial one; a writer killed midway leaves only its
+    private `.NAME.*.tmp`, which no reader looks at."""
+    tmp = path.with_name(
+        f"{staging_prefix(path)}{socket.gethostname()}.{os.getpid()}.{threading.get_ident()}.tmp"
+    )
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another writer's came first: that one stands
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -13,14 +13,12 @@ refused if the name exists), and readers index every complete shard they find.
 from __future__ import annotations
 
 import hashlib
-import os
-import socket
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from srb.atomic import link_once
 from srb.sqlite_wal import open_wal
 
 
@@ -106,21 +104,7 @@ class EmbeddingShards:
 
     def _write(self, keys: list[str], vectors: np.ndarray) -> None:
         name = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:32] + ".npz"
-        final = self.path / name
-        tmp = (
-            self.path / f".{name}.{socket.gethostname()}.{os.getpid()}.{threading.get_ident()}.tmp"
-        )
-        try:
-            with open(tmp, "wb") as fh:
-                np.savez(fh, keys=np.array(keys), vectors=vectors)
-                fh.flush()
-                os.fsync(fh.fileno())
-            try:
-                os.link(tmp, final)
-            except FileExistsError:
-                pass  # the same batch, written by another job first
-        finally:
-            tmp.unlink(missing_ok=True)
+        link_once(self.path / name, lambda fh: np.savez(fh, keys=np.array(keys), vectors=vectors))
 
     def encode(
         self, fingerprint: str, texts: Sequence[str], encode_fn: Callable[[list[str]], np.ndarray]

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import socket
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from srb.atomic import link_once
 from srb.sqlite_wal import open_wal
 
 
@@ -116,20 +115,8 @@ class CallFiles:
         if not final.exists():
             final.parent.mkdir(exist_ok=True)
             record = {"key": key, "kind": kind, "model": model, "response": response}
-            tmp = final.with_name(
-                f".{key}.{socket.gethostname()}.{os.getpid()}.{threading.get_ident()}.tmp"
-            )
-            try:
-                with open(tmp, "w", encoding="utf-8") as fh:
-                    json.dump(record, fh, sort_keys=True, ensure_ascii=False)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                try:
-                    os.link(tmp, final)
-                except FileExistsError:
-                    pass  # another writer's answer came first: that one is the cache's
-            finally:
-                tmp.unlink(missing_ok=True)
+            data = json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8")
+            link_once(final, lambda fh: fh.write(data))
         stored = self.get(key)
         if stored is None:  # cannot happen unless the directory lost the file
             raise RuntimeError(f"LLM call cache {final}: vanished after it was written")
