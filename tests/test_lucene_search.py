@@ -226,3 +226,28 @@ def _decimal(value: Fraction) -> str:
     assert scaled.denominator == 1
     whole, frac = divmod(scaled.numerator, 10**digits)
     return f"{whole}.{frac:0{digits}d}"
+
+
+def test_searches_go_through_srbs_java_helper(index):
+    """srb.BulkSearch (srb/index/java) is on the JVM's classpath and takes the searches: the
+    comparisons above are its results."""
+    searcher = BM25Searcher(index)
+    assert searcher.bulk and searcher._bulk._helper is not None
+    assert searcher._bulk._helper.__name__ == "srb.BulkSearch"
+
+
+def test_the_committed_java_helper_is_compiled_from_its_source(tmp_path):
+    """The .class beside BulkSearch.java is what javac makes of it (`make java` rebuilds it):
+    a changed source with a stale class would search with the old code."""
+    import shutil
+    import subprocess
+
+    from srb.java import HELPERS
+
+    javac = shutil.which("javac")
+    if javac is None:
+        pytest.skip("no javac here: the committed class is used as it is")
+    source = HELPERS / "srb" / "BulkSearch.java"
+    subprocess.run([javac, "--release", "17", "-d", str(tmp_path), str(source)], check=True)
+    built = (tmp_path / "srb" / "BulkSearch.class").read_bytes()
+    assert built == (HELPERS / "srb" / "BulkSearch.class").read_bytes(), "run `make java`"

@@ -10,8 +10,11 @@ stored Lucene document for its id, and Pyserini turns every hit into a Python pr
 object read field by field over JNI. Here each query makes SimpleSearcher's own Lucene calls (the
 same bag-of-words query on "contents", the same `IndexSearcher.search(query, k, sort by score
 then id, doDocScores)`), the id is that sort's own value (the "id" doc value), and a whole batch
-comes back as one JSON string written by Jackson from Anserini's jar (its scores are
-Float.toString text, read back to the exact float). SimpleSearcher's one remaining step,
+comes back as one JSON string (its scores are Float.toString text, read back to the exact
+float). Those calls are made by srb's own Java class, `srb.BulkSearch` (srb/index/java, compiled
+from the source beside it; reflection only, so any JDK 17+ builds it), on a pool of Java
+threads in one JNI call: pyjnius itself is not safe for concurrent calls from Python threads.
+Where the JVM was started without it, the same calls are made query by query over JNI. SimpleSearcher's one remaining step,
 ScoreTiesAdjusterReranker (round to 4 decimals, lower tied scores by 1e-6 steps), is replayed in
 its float32 arithmetic. Where that would not reproduce SimpleSearcher (an index it reads in its
 Lucene 8 mode, RM3 or Rocchio, another reranker cascade), Pyserini's batch search is used.
@@ -138,8 +141,8 @@ class BM25Searcher:
     ) -> dict[str, list[Hit]]:
         """{qid: [(docid, score)]}, best first, at most `depth` hits per query.
 
-        With `threads` > 1 the queries are searched by Anserini's own `batch_search` on that many
-        Java threads (the same `search(q, k)` per query) and read back in one string as well.
+        With `threads` > 1 the queries are searched on that many Java threads (srb.BulkSearch;
+        without it, Anserini's own `batch_search`), and read back in one string as well.
         """
         queries, qids = list(queries), list(qids)
         if len(queries) != len(qids):
@@ -228,6 +231,7 @@ class _BulkSearch:
         self._list = autoclass("java.util.ArrayList")
         self._json = _hits_writer()
         self._ids: dict[int, str] = {}  # Lucene doc number -> id, for this reader
+        self._helper = _bulk_helper()
 
     def search(
         self, queries: Sequence[str], depth: int, threads: int = 1
@@ -235,6 +239,8 @@ class _BulkSearch:
         """Per query, in order: (hits, "") or (None, why its Lucene search failed)."""
         from jnius import JavaException
 
+        if self._helper is not None:
+            return self._helped(queries, depth, threads)
         if threads > 1 and len(queries) > 1:
             try:
                 return self._threaded(queries, depth, threads)
@@ -262,6 +268,36 @@ class _BulkSearch:
                 continue
             out.append((list(zip(ids, adjusted[start : start + size], strict=True)), ""))
             start += size
+        return out
+
+    def _helped(
+        self, queries: Sequence[str], depth: int, threads: int
+    ) -> list[tuple[list[Hit] | None, str]]:
+        """srb.BulkSearch: the same two Lucene calls per query as the loop below, made on
+        `threads` Java threads in one JNI call, each hit back as [id, score] in one string."""
+        text = self._helper.search(
+            self._searcher, self._generator, self._analyzer, self._sort, _FIELD,
+            list(queries), depth, max(1, threads),
+        )  # fmt: skip
+        runs = _parse(text)  # per query [[id, score], ...], or the message its search failed with
+        if len(runs) != len(queries):
+            raise RuntimeError(f"Lucene returned {len(runs)} results for {len(queries)} queries")
+        found = [run for run in runs if not isinstance(run, str)]
+        scores, halfway = _float32(np.array([s for run in found for _, s in run], dtype=np.float64))
+        if halfway.any():  # such a double may itself be a rounding: let the decimal text decide
+            exact = [s for run in _parse(text, parse_float=Fraction)
+                     if not isinstance(run, str) for _, s in run]  # fmt: skip
+            for j in np.flatnonzero(halfway):
+                scores[j] = _nearest_float32(exact[j])
+        adjusted = _adjust_ties(scores, [len(run) for run in found]).tolist()
+        out: list[tuple[list[Hit] | None, str]] = []
+        start = 0
+        for run in runs:
+            if isinstance(run, str):
+                out.append((None, run.strip().splitlines()[0] if run.strip() else "error"))
+                continue
+            out.append(([(doc, adjusted[start + n]) for n, (doc, _) in enumerate(run)], ""))
+            start += len(run)
         return out
 
     def _threaded(
@@ -401,6 +437,20 @@ def _lower_ties(adjusted: np.ndarray, tied: np.ndarray) -> np.ndarray:
         adjusted[i] = adjusted[i] - _TIE_STEP * np.float32(count)
         i += 1
     return adjusted
+
+
+def _bulk_helper() -> Any:
+    """srb.BulkSearch (srb/index/java), or None where the JVM was started without it on its
+    classpath (before srb.java.prepare_jvm ran): then the query-by-query loop is used."""
+    from jnius import JavaException, autoclass
+
+    try:
+        return autoclass("srb.BulkSearch")
+    except JavaException as exc:
+        log.info(
+            "BM25: srb.BulkSearch is not on the JVM's classpath (%s); one query at a time", exc
+        )
+        return None
 
 
 def _scored_docs_writer() -> Any:
