@@ -232,8 +232,8 @@ def test_the_doctor_stops_a_planted_fault_in_every_real_store(ingested, system, 
     """Planted in the real store each system's workflow ingested, then its doctor run through
     the workflow: it must stop non-zero and say what is wrong; the store is put back after.
 
-    The planted path is not newer than what was built from it, as a fault nobody noticed would
-    be: Snakemake then reruns the doctor only (forced), not the BM25 index or the ingest, which
+    The system's BM25 index (if it fuses one) is built first; the planted path is then not
+    newer than what was built from it, as a fault nobody noticed would be: Snakemake then reruns the doctor only (forced), not the BM25 index or the ingest, which
     would hide or heal the fault. (The fixture's forced re-ingest left the items newer than
     their BM25 index; Snakemake then compares the items' checksum, and a planted export would
     rebuild the index.) A dry run checks that first. A lost export is caught by the probes (a
@@ -242,12 +242,18 @@ def test_the_doctor_stops_a_planted_fault_in_every_real_store(ingested, system, 
     import shutil
 
     from srb.paper_cost import parse_dry_run
+    from srb.systems import store_registry
 
     root = ingested[0]
     store = root / f"results/tiny/store/{system}"
     items = root / f"results/tiny/units/{system}.jsonl"
     target = f"results/tiny/doctor/{system}.json"
     kind, expected = PLANTED[fault]
+    if getattr(
+        store_registry()[system], "bm25_fused", ()
+    ):  # the doctor's BM25 input (no cell built it yet)
+        index = snakemake(root, root / "config.yaml", f"results/tiny/index/{system}/bm25")
+        assert index.returncode == 0, index.stderr[-3000:]
     planted = store if kind == "store" else items
     stat = planted.stat()
     built = [p for p in (root / f"results/tiny/index/{system}/bm25").glob("**/*")] + [
