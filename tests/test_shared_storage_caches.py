@@ -177,7 +177,8 @@ def test_a_text_two_jobs_encoded_at_once_gets_one_vector_from_then_on(tmp_path: 
     """Jobs A and B both miss "shared" (each has not seen the other's shard yet) and encode it
     differently; every reader afterwards takes the vector of the shard named first."""
     a, b = EmbeddingShards(tmp_path / "emb"), EmbeddingShards(tmp_path / "emb")
-    a._refresh(), b._refresh()
+    a._refresh()
+    b._refresh()
 
     def constant(value: float):
         return lambda texts: np.full((len(texts), 2), value, dtype=np.float32)
