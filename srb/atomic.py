@@ -121,3 +121,16 @@ def link_once(path: Path, write: Callable[[IO[bytes]], None]) -> None:
             pass  # another writer's came first: that one stands
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def shared_cache_dir(path: str | Path, what: str) -> Path:
+    """The directory of a shared-storage cache (`what`: "LLM call cache", ...), made if absent;
+    a file there is refused: a cache path without the .sqlite suffix names a directory."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(
+            f"{what} {path}: a file, but a path without the .sqlite suffix names a directory "
+            "(the layout for shared storage)"
+        )
+    path.mkdir(parents=True, exist_ok=True)
+    return path

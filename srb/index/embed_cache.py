@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from srb.atomic import link_once
+from srb.atomic import link_once, shared_cache_dir
 from srb.sqlite_wal import open_wal
 
 
@@ -75,13 +75,7 @@ class EmbeddingShards:
     sorts first is used, so every later reader replays the same vector."""
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
-        if self.path.exists() and not self.path.is_dir():
-            raise ValueError(
-                f"embedding cache {self.path}: a file, but a path without the .sqlite suffix "
-                "names a directory of shards (for shared storage)"
-            )
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path = shared_cache_dir(path, "embedding cache")
         self._where: dict[str, tuple[str, int]] = {}  # key -> (shard name, row)
         self._shards: dict[str, np.ndarray] = {}  # shard name -> its vectors, once read
 

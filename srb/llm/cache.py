@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from srb.atomic import link_once
+from srb.atomic import link_once, shared_cache_dir
 from srb.sqlite_wal import open_wal
 
 
@@ -86,13 +86,7 @@ class CallFiles:
     writers on shared storage (see the module). Same interface as CallCache."""
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
-        if self.path.exists() and not self.path.is_dir():
-            raise ValueError(
-                f"LLM call cache {self.path}: a file, but a path without the .sqlite suffix "
-                "names a directory of calls (one file per call, for shared storage)"
-            )
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path = shared_cache_dir(path, "LLM call cache")
 
     def _file(self, key: str) -> Path:
         return self.path / key[:2] / f"{key}.json"
