@@ -251,3 +251,14 @@ def test_the_committed_java_helper_is_compiled_from_its_source(tmp_path):
     subprocess.run([javac, "--release", "17", "-d", str(tmp_path), str(source)], check=True)
     built = (tmp_path / "srb" / "BulkSearch.class").read_bytes()
     assert built == (HELPERS / "srb" / "BulkSearch.class").read_bytes(), "run `make java`"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_without_the_java_helper_the_jni_paths_return_the_same(index, threads):
+    """A JVM started without srb.BulkSearch searches query by query (1 thread) or through
+    Anserini's batch_search (2): the same ids and floats as Pyserini's per-query search."""
+    searcher = BM25Searcher(index)
+    assert searcher.bulk
+    searcher._bulk._helper = None
+    found = searcher.search(list(QUERIES.values()), list(QUERIES), 100, threads)
+    assert found == per_query(index, 0.9, 0.4, 100)

@@ -14,9 +14,9 @@ comes back as one JSON string (its scores are Float.toString text, read back to 
 float). Those calls are made by srb's own Java class, `srb.BulkSearch` (srb/index/java, compiled
 from the source beside it; reflection only, so any JDK 17+ builds it), on a pool of Java
 threads in one JNI call: pyjnius itself is not safe for concurrent calls from Python threads.
-Where the JVM was started without it, the same calls are made query by query over JNI. SimpleSearcher's one remaining step,
-ScoreTiesAdjusterReranker (round to 4 decimals, lower tied scores by 1e-6 steps), is replayed in
-its float32 arithmetic. Where that would not reproduce SimpleSearcher (an index it reads in its
+Where the JVM was started without it, the same calls are made query by query over JNI.
+SimpleSearcher's one remaining step, ScoreTiesAdjusterReranker (round to 4 decimals, lower tied
+scores by 1e-6 steps), is replayed in its float32 arithmetic. Where that would not reproduce SimpleSearcher (an index it reads in its
 Lucene 8 mode, RM3 or Rocchio, another reranker cascade), Pyserini's batch search is used.
 """
 
@@ -28,7 +28,7 @@ import logging
 import shutil
 import tempfile
 from binascii import a2b_base64
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -283,12 +283,9 @@ class _BulkSearch:
         if len(runs) != len(queries):
             raise RuntimeError(f"Lucene returned {len(runs)} results for {len(queries)} queries")
         found = [run for run in runs if not isinstance(run, str)]
-        scores, halfway = _float32(np.array([s for run in found for _, s in run], dtype=np.float64))
-        if halfway.any():  # such a double may itself be a rounding: let the decimal text decide
-            exact = [s for run in _parse(text, parse_float=Fraction)
-                     if not isinstance(run, str) for _, s in run]  # fmt: skip
-            for j in np.flatnonzero(halfway):
-                scores[j] = _nearest_float32(exact[j])
+        scores = _exact_scores(text, runs, lambda parsed: [
+            s for run in parsed if not isinstance(run, str) for _, s in run
+        ])  # fmt: skip
         adjusted = _adjust_ties(scores, [len(run) for run in found]).tolist()
         out: list[tuple[list[Hit] | None, str]] = []
         start = 0
@@ -313,13 +310,9 @@ class _BulkSearch:
         found = self._simple.batch_search(texts, keys, depth, threads)
         text = self._scored_json.writeValueAsString(found)
         runs = _parse(text)  # {"i": [[docid, score], ...]}; a query whose thread failed is absent
-        values = [score for i in range(len(queries)) for _, score in runs.get(str(i), ())]
-        scores, halfway = _float32(np.array(values, dtype=np.float64))
-        if halfway.any():
-            exact = _parse(text, parse_float=Fraction)
-            flat = [score for i in range(len(queries)) for _, score in exact.get(str(i), ())]
-            for j in np.flatnonzero(halfway):
-                scores[j] = _nearest_float32(flat[j])
+        scores = _exact_scores(text, runs, lambda parsed: [
+            score for i in range(len(queries)) for _, score in parsed.get(str(i), ())
+        ])  # fmt: skip
         out: list[tuple[list[Hit] | None, str]] = []
         start = 0
         listed = scores.tolist()
@@ -336,24 +329,15 @@ class _BulkSearch:
         text = self._json.writeValueAsString(batch)
         known, lookup = self._ids, self._id
         names: list[list[str] | None] = []
-        values: list[float] = []
-        for top in _parse(text):  # see _hits_writer
+        tops = _parse(text)  # see _hits_writer
+        for top in tops:
             if top is None:
                 names.append(None)
                 continue
-            hits = top[0]
-            names.append([known.get(doc) or lookup(doc, fields[1]) for doc, fields, _ in hits])
-            values.extend([score for _, _, score in hits])
-        scores, halfway = _float32(np.array(values, dtype=np.float64))
-        if halfway.any():  # such a double may itself be a rounding: let the decimal text decide
-            exact = [
-                score
-                for top in _parse(text, parse_float=Fraction)
-                if top is not None
-                for _, _, score in top[0]
-            ]
-            for i in np.flatnonzero(halfway):
-                scores[i] = _nearest_float32(exact[i])
+            names.append([known.get(doc) or lookup(doc, fields[1]) for doc, fields, _ in top[0]])
+        scores = _exact_scores(text, tops, lambda parsed: [
+            score for top in parsed if top is not None for _, _, score in top[0]
+        ])  # fmt: skip
         return names, scores, [0 if ids is None else len(ids) for ids in names]
 
     def _id(self, doc: int, ref: list[Any]) -> str:
@@ -375,6 +359,18 @@ def _parse(text: str, **kwargs: Any) -> Any:
     finally:
         if enabled:
             gc.enable()
+
+
+def _exact_scores(text: str, parsed: Any, scores_of: Callable[[Any], list[Any]]) -> np.ndarray:
+    """The float32 scores `scores_of` picks from the parsed JSON `text`, each the float Java's
+    Float.parseFloat makes of its decimal text: where the double json.loads read lies exactly
+    halfway between two float32 values (it may itself be a rounding), the text decides."""
+    scores, halfway = _float32(np.array(scores_of(parsed), dtype=np.float64))
+    if halfway.any():
+        exact = scores_of(_parse(text, parse_float=Fraction))
+        for i in np.flatnonzero(halfway):
+            scores[i] = _nearest_float32(exact[i])
+    return scores
 
 
 def _float32(doubles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
