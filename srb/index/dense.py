@@ -69,6 +69,15 @@ class Encoder:
             torch.set_num_threads(max(1, self.threads))
             device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
             self._model = SentenceTransformer(self.path, device=device)
+            # float32 on every device: CUDA's vectors match the CPU's (bench/encoder_devices.py,
+            # min cosine 1.000000 on an H200), so one embedding cache serves both
+            self._model.to(torch.float32)
+            where = (
+                torch.cuda.get_device_name(0)
+                if device.startswith("cuda")
+                else f"{self.threads} threads"
+            )
+            log.info("encoder %s on %s (%s), float32", self.spec, device, where)
         return self._model
 
     @property
