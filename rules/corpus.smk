@@ -8,6 +8,8 @@ rule prepare_corpus:
         problems="results/{corpus}/corpus/import_problems.txt",
     log:
         "results/logs/prepare_corpus/{corpus}.log",
+    benchmark:
+        "results/benchmarks/prepare_corpus/{corpus}.tsv"
     priority: 30  # every job waits on it (it waited 0.9 min behind an own-env build)
     conda:
         "../envs/srb.yaml"

@@ -20,6 +20,8 @@ rule doctor:
         ),
     log:
         "results/logs/doctor/{corpus}/{system}.log",
+    benchmark:
+        "results/benchmarks/doctor/{corpus}/{system}.tsv"
     wildcard_constraints:
         system=UNIT_PATTERN,
     conda:

@@ -7,6 +7,8 @@ rule build_units:
         ingest_log="results/{corpus}/units/{system}.ingest.json",
     log:
         "results/logs/build_units/{corpus}/{system}.log",
+    benchmark:
+        "results/benchmarks/build_units/{corpus}/{system}.tsv"
     wildcard_constraints:
         system=UNIT_PATTERN,
     conda:

@@ -50,6 +50,8 @@ rule restore_context:
         ),
     log:
         "results/logs/restore/{corpus}/{system}/{modality}.log",
+    benchmark:
+        "results/benchmarks/restore_context/{corpus}/{system}/{modality}.tsv"
     wildcard_constraints:
         system=UNIT_PATTERN,
         modality="|".join(MODALITIES),

@@ -44,10 +44,12 @@ class DryJob:
 
 
 def parse_dry_run(text: str) -> list[DryJob]:
-    """Every job block of `snakemake --dry-run` output (the target rule `all` excluded)."""
+    """Every job block of `snakemake --dry-run` output (the target rule `all` excluded),
+    those a job group lists indented under "Group job ..." included (profiles/slurm groups
+    the model clients)."""
     jobs = []
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", text):
-        head = re.match(r"(?:local)?rule (\w+):", block)
+    for block in re.split(r"\n(?=[ \t]*(?:local)?rule \w+:)", text):
+        head = re.match(r"\s*(?:local)?rule (\w+):", block)
         if not head or head.group(1) == "all":
             continue
         threads = re.search(r"^\s+threads: (\d+)", block, re.M)

@@ -66,6 +66,32 @@ def test_a_model_server_client_with_threads_0_books_one_core() -> None:
     assert row["core_hours_limit"] == 10.0  # 1 core x 600 min
 
 
+def test_the_jobs_of_a_job_group_are_read_too() -> None:
+    """A cluster profile's job group lists its jobs indented under one header: they count."""
+    grouped = """[Fri Dec  4 19:12:14 2026] Group job model_answers (jobs in lexicogr. order):
+
+    [Fri Dec  4 19:12:14 2026]
+    rule judge:
+        output: results/tiny/judgments/m/rubric/simple_rag/bm25/2K.jsonl
+        wildcards: corpus=tiny, synth=m, judge=rubric, system=simple_rag, modality=bm25, budget=2K
+        resources: tmpdir=/tmp, mem_mb=4000, runtime=120, model_clients=1
+Shell command: None
+
+    [Fri Dec  4 19:12:14 2026]
+    rule synthesize:
+        output: results/tiny/answers/m/base/none/native.jsonl
+        threads: 3
+        resources: tmpdir=/tmp, mem_mb=3000, runtime=60, model_clients=1
+Shell command: None
+"""
+    jobs = parse_dry_run(DRY + grouped)
+    assert [(j.rule, j.threads, j.mem_mb, j.runtime_min) for j in jobs[-2:]] == [
+        ("judge", 1, 4000, 120),
+        ("synthesize", 3, 3000, 60),
+    ]
+    assert jobs[-2].wildcards["judge"] == "rubric" and len(jobs) == 5
+
+
 def test_the_dry_runs_job_blocks_are_read_with_their_resources_and_wildcards() -> None:
     jobs = parse_dry_run(DRY)
     assert jobs == [
