@@ -18,7 +18,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_workflow import REPO, SNAKEMAKE, snakemake, write_config, write_tiny_corpus
+from test_workflow import (
+    REPO,
+    SNAKEMAKE,
+    read_jsonl,
+    snakemake,
+    write_config,
+    write_tiny_corpus,
+)
 
 from srb.paper_cost import parse_dry_run
 
@@ -169,3 +176,59 @@ def test_reduced_grid_runs_as_slurm_jobs_with_declared_resources(cluster, tmp_pa
     assert ours and ours.keys() == theirs.keys()
     differing = [k for k in ours if ours[k] != theirs[k]]
     assert not differing, differing
+
+
+def test_model_clients_share_one_grouped_slurm_job_and_server(cluster, tmp_path: Path) -> None:
+    """Synthesis and judging (rules synthesize, judge) run as one SLURM group job, so the
+    vLLM server its first job starts answers every cell's questions: one model load, not one
+    per cell. The group job books what the profile's `model_clients` lets run at once."""
+    from test_llm_workflow import ANALYSIS, llm_config
+
+    corpus = write_tiny_corpus(tmp_path / "data")
+    run = tmp_path / "slurm"
+    llm = llm_config(run, questions=2)
+    config = write_config(tmp_path, corpus, systems=["simple_rag"], modalities=["bm25", "hybrid"],
+                          budgets=["native", "2K"], llm=llm, analysis=ANALYSIS)  # fmt: skip
+    env = {
+        **cluster,
+        "OMP_NUM_THREADS": "1",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    submit = [
+        *SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"),
+        "--directory", str(run), "--configfile", str(config),
+        "--profile", str(REPO / "profiles/slurm"), "--jobs", "2",
+        "--default-resources", "mem_mb=2000", "runtime=30", *SITE,
+        "--latency-wait", "5", "--seconds-between-status-checks", "1",
+    ]  # fmt: skip
+    dry = subprocess.run([*submit, "-n"], env=env, capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0, dry.stderr[-4000:]
+    planned = parse_dry_run(dry.stdout + dry.stderr)
+    declared = Counter(j.rule for j in planned)
+    client_mem = max(j.mem_mb for j in planned if j.rule in ("synthesize", "judge"))
+    assert declared["synthesize"] == 6 and declared["judge"] == 12, declared
+
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 5))
+    done = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=2400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+
+    others = sum(n for rule, n in declared.items() if rule not in ("synthesize", "judge"))
+    rows = _sacct(env, since, others + 1)
+    jobs = [r for r in rows if r[2].startswith("rule_")]
+    grouped = [r for r in jobs if _rule(r[2]).startswith("model_answers")]
+    assert len(grouped) == 1, [r[2] for r in jobs]
+    assert not [r for r in jobs if _rule(r[2]) in ("synthesize", "judge")], rows
+    assert all(r[6] == "COMPLETED" and r[7] == "0:0" for r in jobs), rows
+    # at most model_clients=2 of the 1-CPU clients at once: 2 CPUs and twice a client's memory
+    assert (int(grouped[0][3]), grouped[0][4]) == (2, f"{2 * client_mem}M"), grouped
+
+    answers = sorted((run / "results/tiny/answers").rglob("*.jsonl"))
+    judgments = sorted((run / "results/tiny/judgments").rglob("*.jsonl"))
+    assert (len(answers), len(judgments)) == (declared["synthesize"], declared["judge"])
+    assert all(len(read_jsonl(f)) == 2 for f in answers + judgments)
+    # one server for the whole group: a server log per service key started
+    logs = sorted((run / "cache/servers").glob("*.server.log"))
+    assert len(logs) == 1 and logs[0].name.startswith("smollm2"), logs
+    # and stopped at the end of the run: no service left registered
+    servers = run / "cache/servers"
+    assert not list(servers.glob("*.json")), sorted(servers.iterdir())
