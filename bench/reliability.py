@@ -16,12 +16,15 @@ Built so far:
 - `kill`: kill -9 of `snakemake` at seeded random points of a whole run on the tiny corpus,
   each then resumed with the README's command (`tests/reliability/kill_sweep.py`); with
   `--signals INT` a Ctrl-C to its process group, with `--signals TERM` a SIGTERM, after which
-  the run must stop on its own within a bound (several: the points cycle through them).
+  the run must stop on its own within a bound (several: the points cycle through them); with
+  `--grid stores`, the points fall in Mem0's and Theoria's ingests (Theoria's service up),
+  their cells, Theoria's sequential evaluation, synthesis and judging.
 
     python bench/reliability.py [inputs] [--only NAME ...] [--workdir DIR]
     python bench/reliability.py services [--interval S] -- make run
     python bench/reliability.py faults [--only NAME ...] [--workdir DIR]
-    python bench/reliability.py kill [--points N] [--seed S] [--signals KILL INT TERM] [--workdir DIR]
+    python bench/reliability.py kill [--points N] [--seed S] [--signals KILL INT TERM]
+                                     [--grid units|stores] [--workdir DIR]
     python bench/reliability.py all [--points N] [--workdir DIR]   (make reliability)
 """
 
@@ -48,14 +51,20 @@ from tests.reliability.services import (  # noqa: E402
 SUMMARIES: list[str] = []  # each part's one-line figure, printed together by `all`
 
 
-def kill(points: int, seed: int, workdir: str | None, signals: Sequence[str] = ("KILL",)) -> int:
+def kill(
+    points: int,
+    seed: int,
+    workdir: str | None,
+    signals: Sequence[str] = ("KILL",),
+    grid: str = "units",
+) -> int:
     """The kill -9 sweep (Ctrl-C / SIGTERM points with INT / TERM in `signals`): one table,
     one summary line."""
     from tests.reliability.kill_sweep import dump, summary, sweep, table
 
     root = Path(workdir or tempfile.mkdtemp(prefix="srb-kill-"))
     started = time.monotonic()
-    result = sweep(root, points, seed, signals)
+    result = sweep(root, points, seed, signals, grid)
     print(f"uninterrupted run: {result.reference_wall_s:.0f} s, {result.reference_outputs} "
           f"output files compared")  # fmt: skip
     print("\n".join(table(result)))
@@ -136,9 +145,13 @@ def main() -> int:
                             help="the points cycle through these: SIGKILL to snakemake "
                                  "(default), SIGINT to its process group (Ctrl-C), SIGTERM to "
                                  "snakemake")  # fmt: skip
+        parser.add_argument("--grid", choices=["units", "stores"], default="units",
+                            help="units: the unit systems' whole run on the tiny corpus; "
+                                 "stores: Mem0 and Theoria ingesting (Theoria's service up), "
+                                 "their cells, the sequential evaluation, synthesis, judging")  # fmt: skip
         parser.add_argument("--workdir", help="keep each point's files here")
         args = parser.parse_args(argv[1:])
-        return kill(args.points, args.seed, args.workdir, args.signals)
+        return kill(args.points, args.seed, args.workdir, args.signals, args.grid)
     if argv[:1] == ["all"]:
         parser = argparse.ArgumentParser(description="inputs, faults and the kill sweep")
         parser.add_argument("--points", type=int, default=10)

@@ -3,6 +3,13 @@
 Vectors are L2-normalised, so inner product is cosine. A flat index is exact and cheap below a
 million units; HNSW is there for larger corpora. GPU FAISS is used only when configured and
 actually present, and the choice is logged rather than silently changed.
+
+On a CPU each text is encoded alone on one intra-op thread (`threads` of them side by side), so
+its vector does not depend on which other texts shared its batch or how many threads ran: a
+batch pads to its longest text and the GEMM kernels' blocking follows the batch's shape and the
+thread count, which moved vectors by up to 1.7e-7 and made dense scores depend on which job
+encoded a question first (a store's caching endpoint or a ranking job). On this 2-core Xeon
+that is no slower than 32-text batches on 2 threads (192 ~1,000-character texts: 5.7 s vs 6.1 s).
 """
 
 from __future__ import annotations
@@ -45,12 +52,15 @@ class Encoder:
         device: str | None = None,
         threads: int = 1,
         cache_path: str | Path | None = None,
+        per_text: bool | None = None,
     ):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.spec = spec
         self.path = resolve_encoder(spec)
         self.device = device
         self.threads = threads
+        #: each text alone (batch-independent vectors); None = on a CPU, batched on a GPU
+        self.per_text = per_text
         self._model: Any = None
         self.cache = None
         if cache_path is not None:
@@ -66,8 +76,11 @@ class Encoder:
             import torch
             from sentence_transformers import SentenceTransformer
 
-            torch.set_num_threads(max(1, self.threads))
             device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            if self.per_text is None:
+                self.per_text = device == "cpu"
+            # per text: `threads` workers, each one intra-op thread (see the module docstring)
+            torch.set_num_threads(1 if self.per_text else max(1, self.threads))
             self._model = SentenceTransformer(self.path, device=device)
             # float32 on every device: CUDA's vectors match the CPU's (bench/encoder_devices.py,
             # min cosine 1.000000 on an H200), so one embedding cache serves both
@@ -77,7 +90,8 @@ class Encoder:
                 if device.startswith("cuda")
                 else f"{self.threads} threads"
             )
-            log.info("encoder %s on %s (%s), float32", self.spec, device, where)
+            how = "each text alone" if self.per_text else "batched"
+            log.info("encoder %s on %s (%s), float32, %s", self.spec, device, where, how)
         return self._model
 
     @property
@@ -85,15 +99,41 @@ class Encoder:
         return int(self.model.get_embedding_dimension())
 
     def _encode_now(self, texts: Sequence[str], batch_size: int, progress: bool) -> np.ndarray:
-        vectors = self.model.encode(
-            list(texts),
-            batch_size=batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=progress,
-        )
+        model = self.model
+        if self.per_text:
+            vectors = self._encode_each(model, texts, progress)
+        else:
+            vectors = model.encode(
+                list(texts),
+                batch_size=batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=progress,
+            )
         self.encoded += len(texts)
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    def _encode_each(self, model: Any, texts: Sequence[str], progress: bool) -> np.ndarray:
+        """Each text in a batch of its own, `threads` at a time (torch releases the GIL)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from tqdm import tqdm
+
+        def one(text: str) -> np.ndarray:
+            return model.encode(
+                [text],
+                batch_size=1,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )[0]
+
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with ThreadPoolExecutor(max(1, self.threads)) as pool:
+            done = pool.map(one, texts)
+            rows = list(tqdm(done, total=len(texts), desc="encoding", disable=not progress))
+        return np.stack(rows)
 
     def encode(
         self, texts: Sequence[str], batch_size: int = 32, progress: bool = False

@@ -21,10 +21,15 @@ import numpy as np
 from srb.atomic import link_once, shared_cache_dir
 from srb.sqlite_wal import open_wal
 
+#: how vectors are computed (srb.index.dense: each text alone since "per-text"), so vectors
+#: a cache holds from batched encoding, which depend on their batch, are not mixed with new ones
+ENCODING_SCHEME = "per-text"
+
 
 def encoder_fingerprint(model_path: str) -> str:
-    """Hash of the encoder's weight files (names + sizes + contents), so a swapped model misses."""
-    digest = hashlib.sha256()
+    """Hash of the encoder's weight files (names + sizes + contents), so a swapped model misses,
+    and of the encoding scheme."""
+    digest = hashlib.sha256(ENCODING_SCHEME.encode())
     for f in sorted(Path(model_path).rglob("*")):
         if f.is_file() and f.suffix in {".safetensors", ".bin", ".json", ".txt"}:
             digest.update(str(f.relative_to(model_path)).encode())

@@ -25,14 +25,23 @@ KILL (SIGKILL to the main `snakemake` process, as a lost terminal or the OOM kil
 - processes of the work directory alive after the resume finished (orphans; must be 0);
 - for INT and TERM, seconds from the signal to snakemake's exit, and whether it hung.
 
+Two grids (`grid`): `units`, the above; `stores`, two short papers ingested by Mem0 (its store
+inside the job) and Theoria (a service the job starts, through which Prism and the sequential
+/observe evaluation also go), their doctors and cells, then synthesis and judging, with every
+call answered by a taped Qwen2.5-Coder-0.5B. A store's own files are left out of the
+comparison (not byte-stable even on a warm cache) in favour of what is read from them, and so
+are fields that describe the run rather than the result (`RUN_FIELDS`).
+
 Used by `tests/reliability/test_kill_sweep.py` (1 point) and `bench/reliability.py kill`
-(`make reliability-kill`: 10 points).
+(`make reliability-kill`: 10 points; `--grid stores` for the store grid).
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import hashlib
+import io
 import json
 import os
 import random
@@ -53,7 +62,7 @@ import psutil
 import yaml
 
 from tests.reliability.fault_proxy import FaultProxy
-from tests.reliability.llm_faults import REPO, model_config, upstream_server
+from tests.reliability.llm_faults import MODEL, MODEL_SPEC, REPO, model_config, upstream_server
 from tests.test_workflow import read_jsonl, write_config, write_tiny_corpus
 
 #: phases and the rules whose start marks them; points cycle through phases (seeded order)
@@ -67,8 +76,21 @@ PHASES: dict[str, tuple[str, ...]] = {
     "analysis": ("leaderboard", "paired_bootstrap", "tier_bars", "qualitative",
                  "judge_calibration", "router_headroom"),
 }  # fmt: skip
+#: the store grid's phases: Mem0 (its store in the job) and Theoria (a service the job starts),
+#: Prism from Theoria's calls, Theoria's sequential /observe evaluation, then the model phases
+STORE_PHASES: dict[str, tuple[str, ...]] = {
+    "ingest": ("ingest_store",),
+    "store cells": ("doctor_store", "restore_store", "restore_store_native"),
+    "sequential": ("sequential_theoria_observe", "sequential_theoria"),
+    "synthesis": ("synthesize",),
+    "judging": ("judge",),
+}
+#: the longest seeded delay after a phase's job started (s): an ingest job spends its first
+#: seconds importing its library, and the kill should also come while its calls are in flight
+MAX_DELAY_S = {"ingest": 30.0, "sequential": 10.0}
 ANSWER_DELAY_S = 0.4  # per taped answer: the model phases then take seconds, as they do
 RUN_TIMEOUT_S = 900
+REFERENCE_TIMEOUT_S = 3600  # the uninterrupted run asks the real model: the store grid's ingests
 #: how an interruption is sent: to snakemake alone, or to its process group (a terminal's Ctrl-C)
 SIGNALS: dict[str, tuple[signal.Signals, bool]] = {
     "KILL": (signal.SIGKILL, False),
@@ -82,6 +104,16 @@ STOP_BOUND_S = 120.0
 #: a random segment id per build (every ranking and cell read from them is compared)
 UNSTABLE = ("results/logs/", "results/benchmarks/")
 LUCENE_SEGMENTS = re.compile(r"^results/[^/]+/index/[^/]+/bm25/")
+#: a store's own files (Qdrant segments, Theoria's SQLite and arrays) are not byte-stable
+#: across runs even on a warm cache (README): what is read from them — exported items, every
+#: cell, the doctor's report — is compared instead
+STORE_FILES = re.compile(r"^results/[^/]+/store/")
+#: fields that describe this run rather than the result: wall clocks, and how many answers and
+#: vectors the run had to compute instead of reading them from the caches (a resumed ingest
+#: computes fewer: the killed run's are cached)
+RUN_FIELDS = frozenset(
+    {"latency_s", "wall_s", "wall_s_per_paper", "seconds", "model_calls_made", "encoded_texts"}
+)
 ANALYSIS = {
     "contrasts": [{"a": "simple_rag/hybrid/native", "b": "base"},
                   {"a": "simple_rag/hybrid/2K", "b": "simple_rag/bm25/2K"}],
@@ -134,6 +166,77 @@ def write_sweep_config(root: Path, url: str) -> Path:
                         llm=llm, analysis=ANALYSIS)  # fmt: skip
 
 
+#: the store grid's model: Qwen2.5-Coder-0.5B, whose window holds Mem0's and Theoria's prompts
+QWEN = "qwen2.5-coder-0.5b"
+
+
+def qwen_spec() -> dict[str, Any]:
+    return yaml.safe_load((REPO / "config/config.yaml").read_text())["llm"]["models"][QWEN]
+
+
+def write_store_corpus_beside_tiny(root: Path, write_store_corpus: Callable[[Path], Path]) -> Path:
+    """The tiny corpus (units enough for the unit systems' doctor) plus the store tests' three
+    one-sentence papers, ids prefixed `M-`: the memory slice (the 2 shortest papers) is two of
+    them, whose extraction stays within the small model's answer cap."""
+    corpus = write_tiny_corpus(root)
+    extra = write_store_corpus(root / "store-papers")
+    for name in ("papers.jsonl", "questions.jsonl"):
+        records = read_jsonl(extra / name)
+        for r in records:
+            r["id"] = "M-" + r["id"]
+            if "paper_ids" in r:
+                r["paper_ids"] = ["M-" + pid for pid in r["paper_ids"]]
+                for span in r["evidence"]:
+                    span["paper_id"] = "M-" + span["paper_id"]
+        with (corpus / name).open("a") as fh:
+            fh.write("".join(json.dumps(r) + "\n" for r in records))
+    return corpus
+
+
+def write_store_sweep_config(root: Path, url: str) -> Path:
+    """Mem0, Theoria and Prism ingest two short papers (the sequential evaluation on), beside the
+    unit grid on the tiny corpus, then synthesis and judging: every model call is the taped
+    Qwen's."""
+    if str(REPO / "tests") not in sys.path:  # the test module imports its siblings by name
+        sys.path.insert(0, str(REPO / "tests"))
+    from tests.test_store_workflow import write_store_corpus
+
+    corpus = write_store_corpus_beside_tiny(root, write_store_corpus)
+    llm = model_config(root, url)
+    served = {**llm["models"][MODEL], "source": {"served_name": QWEN, "base_url": url},
+              "max_model_len": qwen_spec()["max_model_len"]}  # fmt: skip
+    llm.update({"models": {QWEN: served}, "synthesizer": QWEN, "judges": ["rubric", QWEN],
+                "systems": ["simple_rag", "mem0", "theoria", "prism"], "llm_only": ["base"]})  # fmt: skip
+    memory = {"systems": ["mem0", "theoria", "prism"], "papers": 2, "llm": QWEN,
+              "max_completion_tokens": 1024,
+              "theoria": {"max_claims_per_pass": 2, "extraction_max_tokens": 256},
+              "sequential": {"enabled": True, "batch_size": 1, "seed": 0}}  # fmt: skip
+    return write_config(root, corpus, systems=["simple_rag"],
+                        modalities=["dense", "bm25", "hybrid"], budgets=["native", "2K"],
+                        llm=llm, memory=memory, analysis=ANALYSIS)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What a sweep runs: each work directory's config (given the taped model's URL), the
+    phases its points are drawn from, and the model behind the tape."""
+
+    write_config: Callable[[Path, str], Path]
+    phases: dict[str, tuple[str, ...]]
+    model: str
+    spec: dict[str, Any]
+
+
+def grid(name: str) -> Grid:
+    """`units`: the unit systems' whole run (SmolLM2); `stores`: store systems' ingest,
+    their cells and the sequential evaluation, then the model phases (Qwen 0.5B)."""
+    if name == "units":
+        return Grid(write_sweep_config, PHASES, MODEL, MODEL_SPEC)
+    if name == "stores":
+        return Grid(write_store_sweep_config, STORE_PHASES, QWEN, qwen_spec())
+    raise ValueError(f"unknown grid {name!r}: units or stores")
+
+
 def run_command(root: Path) -> list[list[str]]:
     """What `make run` runs, in `root`."""
     py = sys.executable
@@ -152,15 +255,55 @@ def outputs(root: Path) -> dict[str, str]:
     found: dict[str, str] = {}
     for p in sorted((root / "results").rglob("*")):
         rel = str(p.relative_to(root))
-        if not p.is_file() or rel.startswith(UNSTABLE) or LUCENE_SEGMENTS.match(rel):
+        if (not p.is_file() or rel.startswith(UNSTABLE) or LUCENE_SEGMENTS.match(rel)
+                or STORE_FILES.match(rel)):  # fmt: skip
             continue
         if p.suffix == ".jsonl":
-            rows = [{k: v for k, v in r.items() if k != "latency_s"} for r in read_jsonl(p)]
-            data = json.dumps(rows, sort_keys=True).encode()
+            data = json.dumps([_result_only(r) for r in read_jsonl(p)], sort_keys=True).encode()
+        elif p.suffix == ".json":
+            data = json.dumps(_result_only(json.loads(p.read_text())), sort_keys=True).encode()
+        elif p.suffix == ".csv":
+            data = _csv_result_only(p.read_text()).encode()
+        elif p.suffix == ".md":
+            data = _markdown_result_only(p.read_text()).encode()
         else:
             data = p.read_bytes()
         found[rel] = hashlib.sha256(data).hexdigest()
     return found
+
+
+def _result_only(value: Any) -> Any:
+    """`value` without the RUN_FIELDS at any depth."""
+    if isinstance(value, dict):
+        return {k: _result_only(v) for k, v in value.items() if k not in RUN_FIELDS}
+    if isinstance(value, list):
+        return [_result_only(v) for v in value]
+    return value
+
+
+def _csv_result_only(text: str) -> str:
+    """A CSV table without its RUN_FIELDS columns."""
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows:
+        return text
+    keep = [i for i, name in enumerate(rows[0]) if name not in RUN_FIELDS]
+    return "\n".join(",".join(row[i] for i in keep if i < len(row)) for row in rows)
+
+
+def _markdown_result_only(text: str) -> str:
+    """A Markdown file with its tables' RUN_FIELDS columns dropped (a table's first row names
+    them)."""
+    out, keep = [], None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            out.append(line)
+            keep = None
+            continue
+        cells = line.strip().strip("|").split("|")
+        if keep is None:
+            keep = [i for i, name in enumerate(cells) if name.strip() not in RUN_FIELDS]
+        out.append("|".join(cells[i] for i in keep if i < len(cells)))
+    return "\n".join(out)
 
 
 def cache_intact(root: Path) -> bool:
@@ -191,12 +334,14 @@ def processes_in(root: Path) -> list[str]:
 # ------------------------------------------------------------------------------ runs
 
 
-def complete_run(root: Path, after_resume: Callable[[], None] | None = None) -> tuple[int, str]:
+def complete_run(
+    root: Path, after_resume: Callable[[], None] | None = None, timeout_s: float = RUN_TIMEOUT_S
+) -> tuple[int, str]:
     """The command; `after_resume` runs once `python -m srb resume` stopped the orphans."""
     out = []
     for i, cmd in enumerate(run_command(root)):
         proc = subprocess.run(cmd, cwd=root, env=env(), capture_output=True, text=True,
-                              timeout=RUN_TIMEOUT_S)  # fmt: skip
+                              timeout=timeout_s)  # fmt: skip
         out.append(proc.stdout + proc.stderr)
         if proc.returncode != 0:
             return proc.returncode, "\n".join(out)
@@ -252,26 +397,32 @@ def run_until_killed(root: Path, point: Point) -> None:
 
 
 def choose_points(
-    n: int, seed: int, reference_log: str, signals: Sequence[str] = ("KILL",)
+    n: int,
+    seed: int,
+    reference_log: str,
+    signals: Sequence[str] = ("KILL",),
+    phases: dict[str, tuple[str, ...]] = PHASES,
 ) -> list[Point]:
     """n points, phases in a seeded cycle, each a random start of one of the phase's rules
-    (among the starts the uninterrupted run logged) and a random delay of 0-2 s; the points'
-    interruptions cycle through `signals` (keys of SIGNALS)."""
+    (among the starts the uninterrupted run logged) and a random delay of 0-2 s (up to
+    MAX_DELAY_S for a phase there); the points' interruptions cycle through `signals` (keys of
+    SIGNALS)."""
     unknown = [s for s in signals if s not in SIGNALS]
     if unknown or not signals:
         raise ValueError(f"unknown interruption {unknown or signals}: one of {', '.join(SIGNALS)}")
     rng = random.Random(seed)
     starts = RULE_LINE.findall(reference_log)
-    phases = [p for p, rules in PHASES.items() if any(r in starts for r in rules)]
-    order = phases[:]
+    logged = [p for p, rules in phases.items() if any(r in starts for r in rules)]
+    order = logged[:]
     rng.shuffle(order)
     points = []
     for i in range(n):
         phase = order[i % len(order)]
-        rules = [r for r in PHASES[phase] if r in starts]
+        rules = [r for r in phases[phase] if r in starts]
         rule = rng.choice(rules)
-        points.append(Point(i + 1, phase, rule, rng.randint(1, starts.count(rule)),
-                            round(rng.uniform(0.0, 2.0), 2), signals[i % len(signals)]))  # fmt: skip
+        delay = round(rng.uniform(0.0, MAX_DELAY_S.get(phase, 2.0)), 2)
+        points.append(Point(i + 1, phase, rule, rng.randint(1, starts.count(rule)), delay,
+                            signals[i % len(signals)]))  # fmt: skip
     return points
 
 
@@ -283,8 +434,9 @@ class Sweep:
 
 
 @contextlib.contextmanager
-def taped_model(workdir: Path) -> Iterator[FaultProxy]:
-    with upstream_server(workdir / "upstream-servers") as upstream:
+def taped_model(workdir: Path, model: str = MODEL, spec: dict[str, Any] | None = None
+                ) -> Iterator[FaultProxy]:  # fmt: skip
+    with upstream_server(workdir / "upstream-servers", model, spec) as upstream:
         proxy = FaultProxy(upstream).start()
         try:
             yield proxy
@@ -303,24 +455,31 @@ def slow_tape(proxy: FaultProxy) -> None:
     proxy.answer = delayed  # type: ignore[method-assign]
 
 
-def sweep(workdir: Path, n: int, seed: int = 0, signals: Sequence[str] = ("KILL",)) -> Sweep:
+def sweep(
+    workdir: Path,
+    n: int,
+    seed: int = 0,
+    signals: Sequence[str] = ("KILL",),
+    grid_name: str = "units",
+) -> Sweep:
     workdir.mkdir(parents=True, exist_ok=True)
-    with taped_model(workdir) as proxy:
+    chosen = grid(grid_name)
+    with taped_model(workdir, chosen.model, chosen.spec) as proxy:
         ref_root = workdir / "reference"
         ref_root.mkdir()
-        write_sweep_config(ref_root, proxy.url)
+        chosen.write_config(ref_root, proxy.url)
         started = time.monotonic()
-        rc, text = complete_run(ref_root)
+        rc, text = complete_run(ref_root, timeout_s=REFERENCE_TIMEOUT_S)
         ref_wall = time.monotonic() - started
         if rc != 0:
             raise RuntimeError(f"the uninterrupted run failed:\n{text[-4000:]}")
         reference = outputs(ref_root)
         slow_tape(proxy)
-        points = choose_points(n, seed, text, signals)
+        points = choose_points(n, seed, text, signals, chosen.phases)
         for point in points:
             root = workdir / f"point-{point.index:02d}"
             root.mkdir()
-            write_sweep_config(root, proxy.url)
+            chosen.write_config(root, proxy.url)
             t0 = time.monotonic()
             earlier = Counter(proxy.stats.delivered)  # the reference's and earlier points'
             run_until_killed(root, point)

@@ -157,14 +157,18 @@ def write_run_config(root: Path, url: str) -> Path:
 
 
 @contextlib.contextmanager
-def upstream_server(state_dir: Path) -> Iterator[str]:
-    """A real vLLM server for the packaged SmolLM2 (prepared here if needed), stopped after."""
+def upstream_server(
+    state_dir: Path, model: str = MODEL, spec: dict[str, Any] | None = None
+) -> Iterator[str]:
+    """A real vLLM server for a packaged model (the SmolLM2 unless `model` and its `spec` say
+    otherwise; prepared here if needed), stopped after."""
     from srb.llm.models import ensure_model, vllm_options
     from srb.llm.server import acquire_server, stop_servers
 
+    spec = MODEL_SPEC if spec is None else spec
     models_dir = REPO / "cache/models"
-    ensure_model(MODEL, MODEL_SPEC, models_dir)
-    url, _ = acquire_server(MODEL, str(models_dir / MODEL), vllm_options(MODEL, MODEL_SPEC),
+    ensure_model(model, spec, models_dir)
+    url, _ = acquire_server(model, str(models_dir / model), vllm_options(model, spec),
                             state_dir)  # fmt: skip
     try:
         yield url

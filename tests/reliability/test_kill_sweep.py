@@ -6,9 +6,12 @@ after Ctrl-C (SIGINT to the process group) the run must also have stopped on its
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from tests.reliability.kill_sweep import PHASES, choose_points, sweep
+from tests.reliability.kill_sweep import PHASES, STORE_PHASES, choose_points, outputs, sweep
 
 pytestmark = pytest.mark.integration
 
@@ -33,6 +36,56 @@ def test_points_cycle_through_every_logged_phase_with_seeded_choices() -> None:
     assert choose_points(10, seed=3, reference_log=LOG) == points  # seeded: the same again
     assert choose_points(10, seed=4, reference_log=LOG) != points
     assert {p.signal for p in points} == {"KILL"}
+
+
+STORE_LOG = """rule ingest_store:
+rule ingest_store:
+rule doctor_store:
+localrule restore_store:
+rule sequential_theoria_observe:
+rule synthesize:
+rule judge:
+"""
+
+
+def test_store_points_fall_in_the_store_phases_and_wait_into_an_ingest() -> None:
+    points = choose_points(20, seed=1, reference_log=STORE_LOG, phases=STORE_PHASES)
+    assert {p.phase for p in points} == set(STORE_PHASES)
+    assert all(p.rule in STORE_PHASES[p.phase] for p in points)
+    ingest = [p.delay_s for p in points if p.phase == "ingest"]
+    # an ingest job imports its library first: its points may wait up to 30 s, the others 2 s
+    assert max(ingest) > 2 and all(0 <= d <= 30 for d in ingest)
+    assert all(p.delay_s <= 2 for p in points if p.phase in ("synthesis", "judging"))
+    assert {p.occurrence for p in points if p.phase == "ingest"} <= {1, 2}
+
+
+def _write_run(root: Path, wall: float, items: int) -> dict[str, str]:
+    d = root / "results/tiny"
+    (d / "units").mkdir(parents=True)
+    (d / "diagnostics").mkdir()
+    (d / "store/mem0").mkdir(parents=True)
+    (d / "store/mem0/segment.bin").write_bytes(str(wall).encode())  # the store's own bytes
+    ingest = {"items": items, "wall_s": wall, "per_paper": [{"id": "P1", "seconds": wall}],
+              "model_calls": {"encoded_texts": int(wall), "llm_requests": 4}}  # fmt: skip
+    (d / "units/mem0.ingest.json").write_text(json.dumps(ingest))
+    (d / "diagnostics/cost.csv").write_text(f"system,items,wall_s\nmem0,{items},{wall}\n")
+    (d / "diagnostics/cost.md").write_text(
+        f"# Cost\n\n| system | items | wall_s |\n|---|---|---|\n| mem0 | {items} | {wall} |\n"
+    )
+    return outputs(root)
+
+
+def test_outputs_compare_results_but_not_run_fields_or_store_bytes(tmp_path) -> None:
+    a = _write_run(tmp_path / "a", wall=73.6, items=2)
+    b = _write_run(tmp_path / "b", wall=2.5, items=2)
+    c = _write_run(tmp_path / "c", wall=2.5, items=3)
+    assert a == b  # only wall clocks, cache misses and the store's own bytes differ
+    assert "results/tiny/store/mem0/segment.bin" not in a
+    assert {k for k in a if a[k] != c[k]} == {
+        "results/tiny/units/mem0.ingest.json",
+        "results/tiny/diagnostics/cost.csv",
+        "results/tiny/diagnostics/cost.md",
+    }
 
 
 def test_points_cycle_through_the_signals_asked_for() -> None:
