@@ -18,13 +18,14 @@ Built so far:
   `--signals INT` a Ctrl-C to its process group, with `--signals TERM` a SIGTERM, after which
   the run must stop on its own within a bound (several: the points cycle through them); with
   `--grid stores`, the points fall in Mem0's and Theoria's ingests (Theoria's service up),
-  their cells, Theoria's sequential evaluation, synthesis and judging.
+  their cells, Theoria's sequential evaluation, synthesis and judging; with `--grid server`, the
+  units run on the workflow's own vLLM server (no tape), the points while it is up.
 
     python bench/reliability.py [inputs] [--only NAME ...] [--workdir DIR]
     python bench/reliability.py services [--interval S] -- make run
     python bench/reliability.py faults [--only NAME ...] [--workdir DIR]
     python bench/reliability.py kill [--points N] [--seed S] [--signals KILL INT TERM]
-                                     [--grid units|stores] [--workdir DIR]
+                                     [--grid units|stores|server] [--workdir DIR]
     python bench/reliability.py all [--points N] [--workdir DIR]   (make reliability)
 """
 
@@ -145,10 +146,12 @@ def main() -> int:
                             help="the points cycle through these: SIGKILL to snakemake "
                                  "(default), SIGINT to its process group (Ctrl-C), SIGTERM to "
                                  "snakemake")  # fmt: skip
-        parser.add_argument("--grid", choices=["units", "stores"], default="units",
+        parser.add_argument("--grid", choices=["units", "stores", "server"], default="units",
                             help="units: the unit systems' whole run on the tiny corpus; "
                                  "stores: Mem0 and Theoria ingesting (Theoria's service up), "
-                                 "their cells, the sequential evaluation, synthesis, judging")  # fmt: skip
+                                 "their cells, the sequential evaluation, synthesis, judging; "
+                                 "server: the units run on the workflow's own vLLM server, "
+                                 "points while it is up")  # fmt: skip
         parser.add_argument("--workdir", help="keep each point's files here")
         args = parser.parse_args(argv[1:])
         return kill(args.points, args.seed, args.workdir, args.signals, args.grid)

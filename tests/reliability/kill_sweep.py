@@ -25,12 +25,17 @@ KILL (SIGKILL to the main `snakemake` process, as a lost terminal or the OOM kil
 - processes of the work directory alive after the resume finished (orphans; must be 0);
 - for INT and TERM, seconds from the signal to snakemake's exit, and whether it hung.
 
-Two grids (`grid`): `units`, the above; `stores`, two short papers ingested by Mem0 (its store
+Three grids (`grid`): `units`, the above; `stores`, two short papers ingested by Mem0 (its store
 inside the job) and Theoria (a service the job starts, through which Prism and the sequential
 /observe evaluation also go), their doctors and cells, then synthesis and judging, with every
 call answered by a taped Qwen2.5-Coder-0.5B. A store's own files are left out of the
 comparison (not byte-stable even on a warm cache) in favour of what is read from them, and so
-are fields that describe the run rather than the result (`RUN_FIELDS`).
+are fields that describe the run rather than the result (`RUN_FIELDS`); `server`, the units grid
+with no tape: the workflow starts its own vLLM server for the packaged SmolLM2 on the first cache
+miss (as `make run` does) and the points fall while it is up (synthesis, judging). The server is
+made deterministic (one sequence at a time, no prefix cache: `SERVER_ARGS`) so the resumed run's
+answers can be compared byte for byte; with no proxy between the jobs and the server, repeated
+calls are not counted there (`None`), while an orphaned vLLM counts as an orphan like any job.
 
 Used by `tests/reliability/test_kill_sweep.py` (1 point) and `bench/reliability.py kill`
 (`make reliability-kill`: 10 points; `--grid stores` for the store grid).
@@ -85,6 +90,11 @@ STORE_PHASES: dict[str, tuple[str, ...]] = {
     "synthesis": ("synthesize",),
     "judging": ("judge",),
 }
+#: the server grid's points: while the workflow's own vLLM server is starting or answering
+SERVER_PHASES: dict[str, tuple[str, ...]] = {"synthesis": ("synthesize",), "judging": ("judge",)}
+#: vLLM settings under which the same request gets the same answer whatever else it serves (CPU
+#: batching and prefix reuse change the float sums, and so a greedy answer)
+SERVER_ARGS = ("--max-num-seqs", "1", "--no-enable-prefix-caching")
 #: the longest seeded delay after a phase's job started (s): an ingest job spends its first
 #: seconds importing its library, and the kill should also come while its calls are in flight
 MAX_DELAY_S = {"ingest": 30.0, "sequential": 10.0}
@@ -142,14 +152,14 @@ class Point:
     identical: bool = False
     differing: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
-    repeated_calls: int = 0
+    repeated_calls: int | None = 0  # None: not observable (no proxy in front of the server)
     cache_corrupt: bool = False
     orphans: list[str] = field(default_factory=list)
     wall_s: float = 0.0
 
     @property
     def ok(self) -> bool:
-        return (self.truthful and self.identical and self.repeated_calls == 0
+        return (self.truthful and self.identical and not self.repeated_calls
                 and not self.cache_corrupt and not self.orphans and not self.hung)  # fmt: skip
 
 
@@ -216,25 +226,45 @@ def write_store_sweep_config(root: Path, url: str) -> Path:
                         llm=llm, memory=memory, analysis=ANALYSIS)  # fmt: skip
 
 
+def write_server_sweep_config(root: Path, url: str = "") -> Path:
+    """The units grid with the packaged SmolLM2 as a model the workflow serves itself (`url` is
+    not used: there is no tape), on a deterministic vLLM (`SERVER_ARGS`)."""
+    path = write_sweep_config(root, url)
+    config = yaml.safe_load(path.read_text())
+    served = config["llm"]["models"][MODEL]
+    vllm = {**MODEL_SPEC["vllm"], "extra_args": list(SERVER_ARGS)}
+    config["llm"]["models"][MODEL] = {**MODEL_SPEC, "vllm": vllm,
+                                      "timeout_s": served["timeout_s"],
+                                      "retries": served["retries"],
+                                      "backoff_s": served["backoff_s"]}  # fmt: skip
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
 @dataclass(frozen=True)
 class Grid:
     """What a sweep runs: each work directory's config (given the taped model's URL), the
-    phases its points are drawn from, and the model behind the tape."""
+    phases its points are drawn from, and the model behind the tape (`taped` False: the
+    workflow serves the model itself)."""
 
     write_config: Callable[[Path, str], Path]
     phases: dict[str, tuple[str, ...]]
     model: str
     spec: dict[str, Any]
+    taped: bool = True
 
 
 def grid(name: str) -> Grid:
     """`units`: the unit systems' whole run (SmolLM2); `stores`: store systems' ingest,
-    their cells and the sequential evaluation, then the model phases (Qwen 0.5B)."""
+    their cells and the sequential evaluation, then the model phases (Qwen 0.5B); `server`: the
+    units run on the workflow's own vLLM server."""
+    if name == "server":
+        return Grid(write_server_sweep_config, SERVER_PHASES, MODEL, MODEL_SPEC, taped=False)
     if name == "units":
         return Grid(write_sweep_config, PHASES, MODEL, MODEL_SPEC)
     if name == "stores":
         return Grid(write_store_sweep_config, STORE_PHASES, QWEN, qwen_spec())
-    raise ValueError(f"unknown grid {name!r}: units or stores")
+    raise ValueError(f"unknown grid {name!r}: units, stores or server")
 
 
 def run_command(root: Path) -> list[list[str]]:
@@ -464,32 +494,37 @@ def sweep(
 ) -> Sweep:
     workdir.mkdir(parents=True, exist_ok=True)
     chosen = grid(grid_name)
-    with taped_model(workdir, chosen.model, chosen.spec) as proxy:
+    tape = taped_model(workdir, chosen.model, chosen.spec) if chosen.taped else None
+    with tape or contextlib.nullcontext() as proxy:
+        url = proxy.url if proxy is not None else ""
         ref_root = workdir / "reference"
         ref_root.mkdir()
-        chosen.write_config(ref_root, proxy.url)
+        chosen.write_config(ref_root, url)
         started = time.monotonic()
         rc, text = complete_run(ref_root, timeout_s=REFERENCE_TIMEOUT_S)
         ref_wall = time.monotonic() - started
         if rc != 0:
             raise RuntimeError(f"the uninterrupted run failed:\n{text[-4000:]}")
         reference = outputs(ref_root)
-        slow_tape(proxy)
+        if proxy is not None:
+            slow_tape(proxy)
         points = choose_points(n, seed, text, signals, chosen.phases)
         for point in points:
             root = workdir / f"point-{point.index:02d}"
             root.mkdir()
-            chosen.write_config(root, proxy.url)
+            chosen.write_config(root, url)
             t0 = time.monotonic()
-            earlier = Counter(proxy.stats.delivered)  # the reference's and earlier points'
+            # the reference's and earlier points' answers
+            earlier = Counter(proxy.stats.delivered) if proxy is not None else Counter()
             run_until_killed(root, point)
             point.cache_corrupt = not cache_intact(root)
             marks: dict[str, Counter] = {}
 
             def mark(marks: dict[str, Counter] = marks, earlier: Counter = earlier) -> None:
                 # the orphans are stopped: what this point's run was answered is cached
-                marks["delivered"] = proxy.stats.delivered - earlier
-                marks["received"] = Counter(proxy.stats.received)
+                if proxy is not None:
+                    marks["delivered"] = proxy.stats.delivered - earlier
+                    marks["received"] = Counter(proxy.stats.received)
 
             rc, said = complete_run(root, mark)
             point.resume_returncode = rc
@@ -497,9 +532,12 @@ def sweep(
                 line for line in said.splitlines() if line.startswith("srb resume")
             )[:300]
             point.wall_s = time.monotonic() - t0
-            asked = proxy.stats.received - marks.get("received", Counter())
-            done = marks.get("delivered", Counter())
-            point.repeated_calls = sum(n for key, n in asked.items() if done[key])
+            if proxy is None:
+                point.repeated_calls = None
+            else:
+                asked = proxy.stats.received - marks.get("received", Counter())
+                done = marks.get("delivered", Counter())
+                point.repeated_calls = sum(n for key, n in asked.items() if done[key])
             got = outputs(root)
             point.missing = sorted(set(reference) - set(got))
             point.differing = sorted(k for k in reference if k in got and got[k] != reference[k])
@@ -527,9 +565,16 @@ def table(result: Sweep) -> list[str]:
         same = "yes" if p.identical else f"NO ({len(p.missing)} missing, {len(p.differing)} differ)"
         rows.append(f"| {p.index} | {p.phase} | {where} | {stopped} | {p.jobs_done_before} | "
                     f"{p.resume_returncode} | {'yes' if p.truthful else 'NO'} | {same} | "
-                    f"{p.repeated_calls} | {'no' if p.cache_corrupt else 'yes'} | "
+                    f"{'n/a' if p.repeated_calls is None else p.repeated_calls} | "
+                    f"{'no' if p.cache_corrupt else 'yes'} | "
                     f"{len(p.orphans)} | {'ok' if p.ok else 'FAILED'} |")  # fmt: skip
     return rows
+
+
+def repeated(points: Sequence[Point]) -> str:
+    """The repeated completed calls, or why they were not counted."""
+    counted = [p.repeated_calls for p in points if p.repeated_calls is not None]
+    return str(sum(counted)) if counted else "not counted (no proxy before the server)"
 
 
 def summary(result: Sweep) -> str:
@@ -545,7 +590,7 @@ def summary(result: Sweep) -> str:
     return (f"{label} resumes: {sum(p.ok for p in pts)}/{len(pts)} identical "
             f"({sum(p.killed for p in pts)} interrupted mid-run{stops}), "
             f"untruthful exits {sum(not p.truthful for p in pts)}, "
-            f"repeated completed calls {sum(p.repeated_calls for p in pts)}, "
+            f"repeated completed calls {repeated(pts)}, "
             f"partial outputs accepted {sum(bool(p.differing) for p in pts)}, "
             f"corrupt caches {sum(p.cache_corrupt for p in pts)}, "
             f"orphans {sum(len(p.orphans) for p in pts)}")  # fmt: skip
