@@ -25,7 +25,8 @@ Built so far:
     python bench/reliability.py services [--interval S] -- make run
     python bench/reliability.py faults [--only NAME ...] [--workdir DIR]
     python bench/reliability.py kill [--points N] [--seed S] [--signals KILL INT TERM]
-                                     [--grid units|stores|server] [--workdir DIR]
+                                     [--grid units|stores|server] [--phases P ...]
+                                     [--workdir DIR]
     python bench/reliability.py all [--points N] [--workdir DIR]   (make reliability)
 """
 
@@ -58,6 +59,7 @@ def kill(
     workdir: str | None,
     signals: Sequence[str] = ("KILL",),
     grid: str = "units",
+    phases: Sequence[str] = (),
 ) -> int:
     """The kill -9 sweep (Ctrl-C / SIGTERM points with INT / TERM in `signals`): one table,
     one summary line."""
@@ -65,7 +67,7 @@ def kill(
 
     root = Path(workdir or tempfile.mkdtemp(prefix="srb-kill-"))
     started = time.monotonic()
-    result = sweep(root, points, seed, signals, grid)
+    result = sweep(root, points, seed, signals, grid, phases)
     print(f"uninterrupted run: {result.reference_wall_s:.0f} s, {result.reference_outputs} "
           f"output files compared")  # fmt: skip
     print("\n".join(table(result)))
@@ -152,9 +154,12 @@ def main() -> int:
                                  "their cells, the sequential evaluation, synthesis, judging; "
                                  "server: the units run on the workflow's own vLLM server, "
                                  "points while it is up")  # fmt: skip
+        parser.add_argument("--phases", nargs="+", default=[],
+                            help="only points in these of the grid's phases, e.g. --grid stores "
+                                 "--phases ingest sequential")  # fmt: skip
         parser.add_argument("--workdir", help="keep each point's files here")
         args = parser.parse_args(argv[1:])
-        return kill(args.points, args.seed, args.workdir, args.signals, args.grid)
+        return kill(args.points, args.seed, args.workdir, args.signals, args.grid, args.phases)
     if argv[:1] == ["all"]:
         parser = argparse.ArgumentParser(description="inputs, faults and the kill sweep")
         parser.add_argument("--points", type=int, default=10)

@@ -485,15 +485,28 @@ def slow_tape(proxy: FaultProxy) -> None:
     proxy.answer = delayed  # type: ignore[method-assign]
 
 
+def selected_phases(grid_name: str, phases: Sequence[str] = ()) -> dict[str, tuple[str, ...]]:
+    """The grid's phases named in `phases` (all when empty), in the grid's order."""
+    known = grid(grid_name).phases
+    unknown = sorted(set(phases) - set(known))
+    if unknown:
+        raise ValueError(f"grid {grid_name!r} has no phase {', '.join(map(repr, unknown))}: "
+                         f"one of {', '.join(map(repr, known))}")  # fmt: skip
+    return {k: v for k, v in known.items() if not phases or k in phases}
+
+
 def sweep(
     workdir: Path,
     n: int,
     seed: int = 0,
     signals: Sequence[str] = ("KILL",),
     grid_name: str = "units",
+    phases: Sequence[str] = (),
 ) -> Sweep:
+    """`phases`: only points in these of the grid's phases (all when empty)."""
     workdir.mkdir(parents=True, exist_ok=True)
     chosen = grid(grid_name)
+    wanted = selected_phases(grid_name, phases)
     tape = taped_model(workdir, chosen.model, chosen.spec) if chosen.taped else None
     with tape or contextlib.nullcontext() as proxy:
         url = proxy.url if proxy is not None else ""
@@ -508,7 +521,7 @@ def sweep(
         reference = outputs(ref_root)
         if proxy is not None:
             slow_tape(proxy)
-        points = choose_points(n, seed, text, signals, chosen.phases)
+        points = choose_points(n, seed, text, signals, wanted)
         for point in points:
             root = workdir / f"point-{point.index:02d}"
             root.mkdir()

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.kill_sweep import PHASES, STORE_PHASES, choose_points, outputs, sweep
+from tests.reliability.kill_sweep import (
+    PHASES,
+    STORE_PHASES,
+    choose_points,
+    outputs,
+    selected_phases,
+    sweep,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -97,6 +104,21 @@ def test_points_cycle_through_the_signals_asked_for() -> None:
     ]
     with pytest.raises(ValueError, match="HUP"):
         choose_points(2, seed=3, reference_log=LOG, signals=("HUP",))
+
+
+def test_points_fall_only_in_the_phases_asked_for() -> None:
+    log = "rule ingest_store:\nrule ingest_store:\nrule sequential_theoria:\nrule synthesize:\n"
+    wanted = selected_phases("stores", ("sequential", "ingest"))
+    assert list(wanted) == ["ingest", "sequential"]  # the grid's order, not the caller's
+    points = choose_points(6, seed=1, reference_log=log, phases=wanted)
+    assert {p.phase for p in points} == {"ingest", "sequential"}
+    assert selected_phases("stores") == STORE_PHASES
+
+
+def test_a_phase_the_grid_lacks_is_refused_before_any_run(tmp_path) -> None:
+    with pytest.raises(ValueError, match="grid 'stores' has no phase 'indexing'"):
+        sweep(tmp_path, 1, grid_name="stores", phases=("ingest", "indexing"))
+    assert list(tmp_path.iterdir()) == []  # no reference run, no tape server started
 
 
 def test_a_kill_and_a_ctrl_c_point_resume_identically(tmp_path) -> None:
