@@ -7,8 +7,9 @@ Built so far:
   output behind;
 - `services -- COMMAND ...`: runs COMMAND (in a clean clone: `make run`) with a random canary
   as every API-key variable, lists every listening TCP socket of its process tree (sampled every
-  2 s) and whether each is loopback, then searches results/, cache/ and .snakemake/ for the
-  canary (`tests/reliability/services.py`).
+  2 s) and whether each is loopback, checks every command line sampled for text of the corpus
+  (`--corpus`, the default's), then searches results/, cache/ and .snakemake/ for the canary
+  (`tests/reliability/services.py`).
 - `faults`: LLM faults through a fault-injecting proxy in front of a real vLLM server, each
   scenario a workflow run (`tests/reliability/llm_faults.py`): 5xx bursts, answers slower than
   the timeout, bodies cut or not JSON, empty choice lists, connection refused, a server that
@@ -22,7 +23,7 @@ Built so far:
   units run on the workflow's own vLLM server (no tape), the points while it is up.
 
     python bench/reliability.py [inputs] [--only NAME ...] [--workdir DIR]
-    python bench/reliability.py services [--interval S] -- make run
+    python bench/reliability.py services [--interval S] [--corpus DIR] -- make run
     python bench/reliability.py faults [--only NAME ...] [--workdir DIR]
     python bench/reliability.py kill [--points N] [--seed S] [--signals KILL INT TERM]
                                      [--grid units|stores|server] [--phases P ...]
@@ -44,8 +45,10 @@ sys.path.insert(0, str(REPO))
 
 from tests.reliability.catalogue import CASES, run_case  # noqa: E402
 from tests.reliability.services import (  # noqa: E402
+    TextProbe,
     canary_env,
     canary_hits,
+    corpus_texts,
     planted_canary,
     watch,
 )
@@ -99,13 +102,18 @@ def faults(only: list[str] | None, workdir: str | None) -> int:
     return 0 if all(o.ok for o in outcomes) else 1
 
 
-def services(command: list[str], interval: float) -> int:
-    """Listening sockets and the planted canary of one run of `command` here."""
+DEFAULT_CORPUS = "resources/corpora/evidence-inference-ccby"
+
+
+def services(command: list[str], interval: float, corpus: str = DEFAULT_CORPUS) -> int:
+    """Listening sockets, corpus text on command lines and the planted canary of one run of
+    `command` here."""
     if not command:
         print("services: give the command to run after --, e.g. -- make run", file=sys.stderr)
         return 2
     canary = planted_canary()
-    watched = watch(command, Path.cwd(), canary_env(canary), interval)
+    probe = TextProbe(corpus_texts(Path(corpus)))
+    watched = watch(command, Path.cwd(), canary_env(canary), interval, probe)
     print("| pid | process | address | port | loopback |")
     print("|---|---|---|---|---|")
     for lst in sorted(watched.listeners, key=lambda x: (x.process, x.pid, x.port)):
@@ -119,9 +127,13 @@ def services(command: list[str], interval: float) -> int:
     print(f"services: {len(watched.listeners)} listening sockets from "
           f"{len({lst.pid for lst in watched.listeners})} processes, "
           f"{'loopback only' if not wild else f'{len(wild)} NOT on loopback'}")  # fmt: skip
+    on_lines = watched.corpus_in_command_lines
+    print(f"corpus text on a command line: {len(on_lines)} of {watched.command_lines_seen} "
+          f"command lines ({len(probe.joined):,} characters of {corpus} probed)"
+          + "".join(f"\n  pid {h.pid} {h.process}: {h.excerpt!r}" for h in on_lines))  # fmt: skip
     print(f"canary secret: found {len(hits)} times in {searched} files"
           + "".join(f"\n  {h}" for h in hits))  # fmt: skip
-    return 0 if watched.returncode == 0 and not wild and not hits else 1
+    return 0 if watched.returncode == 0 and not wild and not hits and not on_lines else 1
 
 
 def main() -> int:
@@ -129,10 +141,13 @@ def main() -> int:
     if argv[:1] == ["services"]:
         parser = argparse.ArgumentParser(description=services.__doc__)
         parser.add_argument("--interval", type=float, default=2.0)
+        parser.add_argument("--corpus", default=DEFAULT_CORPUS,
+                            help="canonical corpus directory whose text must not reach a "
+                                 "command line")  # fmt: skip
         parser.add_argument("command", nargs=argparse.REMAINDER)
         args = parser.parse_args(argv[1:])
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
-        return services(command, args.interval)
+        return services(command, args.interval, args.corpus)
     if argv[:1] == ["faults"]:
         parser = argparse.ArgumentParser(description=faults.__doc__)
         parser.add_argument("--only", nargs="*", help="scenarios whose name contains one of these")

@@ -1,5 +1,6 @@
 """A private PostgreSQL server for one job: its own cluster, a Unix socket in a private directory
-(no TCP port), a generated password that is never logged, stopped when the job ends.
+(no TCP port), a password generated for this server alone that is never logged or written to the
+store, stopped when the job ends.
 
 Why private and per job: a store system on PostgreSQL (Hindsight) keeps its store as a stopped
 cluster directory under the results tree; every job that reads or writes it runs its own server
@@ -34,7 +35,6 @@ log = logging.getLogger(__name__)
 
 USER = "srb"
 DATABASE = "postgres"
-SECRET_FILE = "pg.secret"  # beside the cluster in the store, mode 0600
 CLUSTER_DIR = "pgdata"
 NOBODY = 65534
 START_TIMEOUT_S = 60
@@ -150,6 +150,33 @@ class PrivatePostgres:
                 f"{(proc.stdout + proc.stderr).strip()[-2000:]}"
             )
 
+    def set_password(self) -> None:
+        """Give a copied cluster this server's fresh password before it starts, in single-user
+        mode (no socket, no authentication, nothing listening), so no password is ever kept
+        beside a saved store. The statement goes through stdin, never a command line, and a
+        failure's message has the password masked."""
+        sql = f"ALTER ROLE {USER} PASSWORD '{self.password}';\n"
+        cmd = [str(self.bins / "postgres"), "--single", "-D", str(self.cluster), DATABASE]
+        proc = subprocess.run(
+            cmd,
+            input=sql,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "LC_ALL": "C"},
+            timeout=START_TIMEOUT_S,
+            cwd=self.runtime,
+            preexec_fn=_drop_root,
+        )
+        said = (proc.stdout + proc.stderr).replace(self.password, "***")
+        with open(self.log_file, "a", encoding="utf-8") as out:
+            out.write(said)
+        if proc.returncode != 0 or "ERROR" in said:
+            raise PostgresError(
+                f"PostgreSQL did not start on data directory {self.cluster} (single-user mode, "
+                f"to set this server's password: exit {proc.returncode}); its log "
+                f"{self.log_file}:\n{self._log_tail()}"
+            )
+
     def start(self) -> None:
         """`postgres` as this process's child (not daemonised by pg_ctl): it gets a
         parent-death signal, so even a job killed with SIGKILL leaves no server behind."""
@@ -228,12 +255,10 @@ class PrivatePostgres:
             )
 
     def save(self, store_dir: Path) -> None:
-        """Copy the stopped cluster and its secret into `store_dir` (the store's content)."""
+        """Copy the stopped cluster into `store_dir` (the store's content). Its password is not
+        kept: whoever opens the store next gives the copy a new one (`set_password`)."""
         self.stop()
         shutil.copytree(self.cluster, store_dir / CLUSTER_DIR, symlinks=True)
-        secret = store_dir / SECRET_FILE
-        secret.write_text(self.password)
-        secret.chmod(0o600)
 
 
 @contextmanager
@@ -249,13 +274,12 @@ def private_postgres(
             server.initdb()
         else:
             source = store_dir / CLUSTER_DIR
-            if not source.is_dir() or not (store_dir / SECRET_FILE).is_file():
-                raise FileNotFoundError(
-                    f"{store_dir}: no saved PostgreSQL cluster ({CLUSTER_DIR}/, {SECRET_FILE})"
-                )
-            server = PrivatePostgres(bins, runtime, (store_dir / SECRET_FILE).read_text())
+            if not source.is_dir():
+                raise FileNotFoundError(f"{store_dir}: no saved PostgreSQL cluster ({CLUSTER_DIR}/)")
+            server = PrivatePostgres(bins, runtime, secrets.token_urlsafe(24))
             shutil.copytree(source, server.cluster, symlinks=True)
             _own(runtime)
+            server.set_password()
         server.start()
         log.info("PostgreSQL started: %s", server.safe_url)
         try:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from srb.errors import ConfigError
-from srb.pg import CLUSTER_DIR, SECRET_FILE, PostgresError, bin_dir, private_postgres
+from srb.pg import CLUSTER_DIR, PostgresError, bin_dir, private_postgres
 from srb.system_env import ensure_env
 
 pytestmark = pytest.mark.integration
@@ -47,8 +47,7 @@ def test_a_saved_cluster_reopens_on_a_private_copy(bins, tmp_path) -> None:
     with private_postgres(bins) as pg:
         pg.query("create table t(x int); insert into t values (42)")
         pg.save(tmp_path)
-    assert (tmp_path / CLUSTER_DIR).is_dir()
-    assert (tmp_path / SECRET_FILE).stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == [CLUSTER_DIR]  # no password kept
     with private_postgres(bins, tmp_path) as one, private_postgres(bins, tmp_path) as two:
         one.query("insert into t values (7)")  # two readers never share a server or files
         assert one.query("select count(*) from t") == ["2"]
@@ -98,12 +97,22 @@ def test_no_server_outlives_a_job_killed_with_sigkill(bins, tmp_path) -> None:
     assert not _servers_under(runtime)
 
 
-def test_the_password_never_reaches_a_log(bins, tmp_path, caplog) -> None:
+def _files_holding(root: Path, needle: str) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and needle.encode() in p.read_bytes()]
+
+
+def test_the_password_never_reaches_a_log_or_the_store(bins, tmp_path, caplog) -> None:
     caplog.set_level(logging.DEBUG)
     with private_postgres(bins) as pg:
+        pg.query("create table t(x int)")
         pg.save(tmp_path)
         password, log_text = pg.password, pg.log_file.read_text()
         assert pg.password in pg.url and pg.password not in pg.safe_url
-    assert len(password) >= 24
-    assert password not in caplog.text and password not in log_text
+    with private_postgres(bins, tmp_path) as reopened:  # a copy of the store, its own password
+        reopened.query("insert into t values (1)")
+        second, second_log = reopened.password, reopened.log_file.read_text()
+    assert len(password) >= 24 and len(second) >= 24 and second != password
+    for secret in (password, second):
+        assert secret not in caplog.text and secret not in log_text + second_log
+        assert _files_holding(tmp_path, secret) == []  # the saved cluster holds only a hash
     assert "***" in caplog.text
