@@ -275,7 +275,9 @@ def private_postgres(
         else:
             source = store_dir / CLUSTER_DIR
             if not source.is_dir():
-                raise FileNotFoundError(f"{store_dir}: no saved PostgreSQL cluster ({CLUSTER_DIR}/)")
+                raise FileNotFoundError(
+                    f"{store_dir}: no saved PostgreSQL cluster ({CLUSTER_DIR}/)"
+                )
             server = PrivatePostgres(bins, runtime, secrets.token_urlsafe(24))
             shutil.copytree(source, server.cluster, symlinks=True)
             _own(runtime)

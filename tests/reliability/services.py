@@ -62,7 +62,9 @@ class TextProbe:
     def __init__(self, texts: Iterable[str], width: int = 40) -> None:
         self.width = width
         self.joined = "\n".join(texts)
-        self.hashes = {hash(self.joined[i : i + width]) for i in range(len(self.joined) - width + 1)}
+        self.hashes = {
+            hash(self.joined[i : i + width]) for i in range(len(self.joined) - width + 1)
+        }
 
     def find(self, line: str) -> str | None:
         for i in range(len(line) - self.width + 1):
