@@ -114,6 +114,15 @@ def _resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop(args: argparse.Namespace) -> int:
+    from srb.resume import stop_run
+
+    stopped, lines = stop_run(args.workdir, args.wait)
+    for line in lines:
+        print(f"srb stop: {line}", file=sys.stderr)
+    return 0 if stopped else 1
+
+
 def _paper_cost(args: argparse.Namespace) -> int:
     from srb.paper_cost import report
 
@@ -151,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--workdir", default=".")
     p.set_defaults(func=_resume)
+    p = sub.add_parser(
+        "stop", help="stop the run in this directory now (a plain SIGTERM waits for its jobs)"
+    )
+    p.add_argument("--workdir", default=".")
+    p.add_argument("--wait", type=float, default=120.0, help="seconds to wait for it to exit")
+    p.set_defaults(func=_stop)
     p = sub.add_parser("draw-pairs", help="draw blinded A/B answer pairs for human votes")
     p.add_argument("--answers", required=True, help="results/<corpus>/answers/<synthesizer>")
     p.add_argument("--questions", required=True, help="results/<corpus>/corpus/questions.jsonl")

@@ -8,11 +8,21 @@ write the same files, so `prepare_resume` first looks for one: alive, it refuses
 pid; none, it stops the orphans (their whole process trees) and removes the lock, and says what
 it did. Servers (vLLM, Theoria) are not touched: their leases already tell a dead run's from a
 live one's (`srb.services`).
+
+`stop_run` stops a live run that is not in the caller's terminal, at once. A signal to the
+`snakemake` pid alone is not enough: after SIGTERM or SIGINT Snakemake 9 starts no new job but
+waits for every running one (minutes for the default's ingests), and a run started in the
+background by a script ignores SIGINT altogether. So it sends SIGTERM to `snakemake` first (no new
+job starts) and then to its running jobs (the processes of its tree in its process group; servers
+started in their own session are left to their leases), and waits for it to exit. An LLM job
+caches the answers already on their way before it exits (`srb.signals`).
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,7 +106,7 @@ def prepare_resume(workdir: str | Path = ".", grace: float = 10.0) -> list[str]:
         pids = ", ".join(str(p.pid) for p in found.snakemake)
         raise ResumeRefused(
             f"snakemake is running in {workdir.resolve()} (pid {pids}): wait for it or stop it "
-            "(kill -INT pid) before starting another run here; its lock was left in place"
+            "(python -m srb stop) before starting another run here; its lock was left in place"
         )
     done = []
     for proc in found.jobs:
@@ -120,4 +130,54 @@ def prepare_resume(workdir: str | Path = ".", grace: float = 10.0) -> list[str]:
     return done
 
 
-__all__ = ["prepare_resume", "workflow_processes", "ResumeRefused", "WorkflowProcesses"]
+def _terminate_run(main: psutil.Process) -> int:
+    """SIGTERM to `main`, then to its descendants in its process group; how many jobs'
+    processes were signalled."""
+    try:
+        group = os.getpgid(main.pid)
+        jobs = main.children(recursive=True)
+        main.send_signal(signal.SIGTERM)
+    except (psutil.NoSuchProcess, ProcessLookupError):
+        return 0
+    sent = 0
+    for proc in jobs:
+        try:
+            if os.getpgid(proc.pid) == group:
+                proc.send_signal(signal.SIGTERM)
+                sent += 1
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            pass
+    return sent
+
+
+def stop_run(workdir: str | Path = ".", wait_s: float = 120.0) -> tuple[bool, list[str]]:
+    """Stop the snakemake run(s) in `workdir` now; (all stopped, what was done). Snakemake
+    removes the interrupted jobs' outputs as incomplete and its lock, so the README's command
+    resumes from what was finished."""
+    workdir = Path(workdir).resolve()
+    runs = workflow_processes(workdir).snakemake
+    if not runs:
+        return True, [f"no snakemake is running in {workdir}"]
+    started = time.monotonic()
+    done = [f"sent SIGTERM to snakemake pid {p.pid}, then to {_terminate_run(p)} processes of "
+            "its running jobs" for p in runs]  # fmt: skip
+    _, alive = psutil.wait_procs(runs, timeout=wait_s)
+    took = time.monotonic() - started
+    if alive:
+        pids = ", ".join(str(p.pid) for p in alive)
+        done.append(
+            f"snakemake (pid {pids}) is still running after {took:.0f} s; run this again, or "
+            "kill -9 it and then `python -m srb resume`"
+        )
+        return False, done
+    done.append(f"stopped in {took:.1f} s; `make run` (or your snakemake command) resumes")
+    return True, done
+
+
+__all__ = [
+    "prepare_resume",
+    "stop_run",
+    "workflow_processes",
+    "ResumeRefused",
+    "WorkflowProcesses",
+]

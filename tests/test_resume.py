@@ -1,9 +1,11 @@
 """Resume after a killed run (srb/resume.py), with real processes: a stale lock is removed only
 when no snakemake runs in the directory, and orphaned job scripts are stopped with their
-children."""
+children; `stop_run` stops a real background snakemake at once, exit status 1."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from srb.resume import ResumeRefused, prepare_resume, workflow_processes
+from srb.resume import ResumeRefused, prepare_resume, stop_run, workflow_processes
 
 SLEEPER = "import time\ntime.sleep(120)\n"
 
@@ -82,3 +84,61 @@ def test_orphaned_jobs_are_stopped_with_their_children(tmp_path: Path) -> None:
     finally:
         elsewhere.kill()
         elsewhere.wait()
+
+
+SNAKEFILE = """
+rule all:
+    input: "slow.txt"
+
+rule slow:
+    output: "slow.txt"
+    shell: "sleep 300 && touch {output}"
+"""
+
+
+def _sleepers(root: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [p for p in root.children(recursive=True) if p.name() == "sleep"]
+    except psutil.NoSuchProcess:
+        return []
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_a_background_run_is_stopped_at_once_and_leaves_nothing_to_resume(
+    tmp_path: Path, sigint: str
+) -> None:
+    (tmp_path / "Snakefile").write_text(SNAKEFILE)
+    # a run started from a script: its own session, no terminal ("ignored": as a script's `cmd &`
+    # starts it, SIGINT ignored); a shell between it and this test keeps snakemake from being
+    # the test's own child, whose exit status psutil would reap
+    trap = "trap '' INT; " if sigint == "ignored" else ""
+    run = f"{sys.executable} -m snakemake --cores 1 --quiet >log 2>&1; echo $? >rc"
+    wrapper = subprocess.Popen(["bash", "-c", trap + run], cwd=tmp_path, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _sleepers(psutil.Process(wrapper.pid)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        (sleeper,) = _sleepers(psutil.Process(wrapper.pid))  # the 300 s job is running
+        (snakemake,) = workflow_processes(tmp_path).snakemake
+        ignored = int(
+            Path(f"/proc/{snakemake.pid}/status").read_text().split("SigIgn:")[1].split()[0], 16
+        )
+        assert bool(ignored & (1 << (signal.SIGINT - 1))) == (sigint == "ignored")
+        started = time.monotonic()
+        stopped, said = stop_run(tmp_path, wait_s=60)
+        took = time.monotonic() - started
+        wrapper.wait(timeout=10)
+        assert stopped, said
+        assert took < 30  # a SIGTERM would have waited for the 300 s job
+        assert (tmp_path / "rc").read_text().strip() == "1"  # the truth: the target is missing
+        assert not sleeper.is_running() or sleeper.status() == psutil.STATUS_ZOMBIE
+        assert "stopped in" in said[-1] and not (tmp_path / "slow.txt").exists()
+        assert prepare_resume(tmp_path) == []  # no lock, no orphan left behind
+    finally:
+        if wrapper.poll() is None:
+            os.killpg(wrapper.pid, signal.SIGKILL)
+            wrapper.wait()
+
+
+def test_stop_with_nothing_running_says_so(tmp_path: Path) -> None:
+    assert stop_run(tmp_path) == (True, [f"no snakemake is running in {tmp_path.resolve()}"])
