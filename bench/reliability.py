@@ -16,8 +16,9 @@ Built so far:
   dies mid-run, judge answers whose JSON is cut or is prose.
 - `kill`: kill -9 of `snakemake` at seeded random points of a whole run on the tiny corpus,
   each then resumed with the README's command (`tests/reliability/kill_sweep.py`); with
-  `--signals INT` a Ctrl-C to its process group, with `--signals TERM` a SIGTERM, after which
-  the run must stop on its own within a bound (several: the points cycle through them); with
+  `--signals INT` a Ctrl-C to its process group, with `--signals TERM` a SIGTERM, with
+  `--signals STOP` `python -m srb stop`, after which the run must stop on its own within a
+  bound (several: the points cycle through them); with
   `--grid stores`, the points fall in Mem0's and Theoria's ingests (Theoria's service up),
   their cells, Theoria's sequential evaluation, synthesis and judging; with `--grid server`, the
   units run on the workflow's own vLLM server (no tape), the points while it is up.
@@ -25,7 +26,7 @@ Built so far:
     python bench/reliability.py [inputs] [--only NAME ...] [--workdir DIR]
     python bench/reliability.py services [--interval S] [--corpus DIR] -- make run
     python bench/reliability.py faults [--only NAME ...] [--workdir DIR]
-    python bench/reliability.py kill [--points N] [--seed S] [--signals KILL INT TERM]
+    python bench/reliability.py kill [--points N] [--seed S] [--signals KILL INT TERM STOP]
                                      [--grid units|stores|server] [--phases P ...]
                                      [--workdir DIR]
     python bench/reliability.py all [--points N] [--workdir DIR]   (make reliability)
@@ -159,10 +160,10 @@ def main() -> int:
         parser.add_argument("--points", type=int, default=10)
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--signals", nargs="+", default=["KILL"],
-                            choices=["KILL", "INT", "TERM"],
+                            choices=["KILL", "INT", "TERM", "STOP"],
                             help="the points cycle through these: SIGKILL to snakemake "
                                  "(default), SIGINT to its process group (Ctrl-C), SIGTERM to "
-                                 "snakemake")  # fmt: skip
+                                 "snakemake, STOP = python -m srb stop")  # fmt: skip
         parser.add_argument("--grid", choices=["units", "stores", "server"], default="units",
                             help="units: the unit systems' whole run on the tiny corpus; "
                                  "stores: Mem0 and Theoria ingesting (Theoria's service up), "

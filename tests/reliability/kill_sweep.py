@@ -14,7 +14,8 @@ Each point: a clean work directory, the command (`python -m srb resume`, then `s
 started plus a seeded delay, then the same command again. The interruption is one of `SIGNALS`:
 KILL (SIGKILL to the main `snakemake` process, as a lost terminal or the OOM killer would), INT
 (SIGINT to its whole process group, as Ctrl-C in a terminal) or TERM (SIGTERM to `snakemake`, as
-`kill pid` or a scheduler's time limit); after INT or TERM the run must stop on its own within
+`kill pid` or a scheduler's time limit) or STOP (`python -m srb stop`, the README's way to stop a
+background run at once); after INT, TERM or STOP the run must stop on its own within
 `STOP_BOUND_S` (else it is killed and counted as hung). Counted per point:
 - whether the resumed run's exit status told the truth (0 exactly when every output of the
   uninterrupted run exists) and its outputs equal that run's (`latency_s` left out);
@@ -23,7 +24,7 @@ KILL (SIGKILL to the main `snakemake` process, as a lost terminal or the OOM kil
   stopped the orphaned jobs, which may still finish calls after the kill);
 - a call cache that fails SQLite's integrity check after the kill (must be 0);
 - processes of the work directory alive after the resume finished (orphans; must be 0);
-- for INT and TERM, seconds from the signal to snakemake's exit, and whether it hung.
+- for INT, TERM and STOP, seconds from the signal to snakemake's exit, and whether it hung.
 
 Three grids (`grid`): `units`, the above; `stores`, two short papers ingested by Mem0 (its store
 inside the job) and Theoria (a service the job starts, through which Prism and the sequential
@@ -101,11 +102,13 @@ MAX_DELAY_S = {"ingest": 30.0, "sequential": 10.0}
 ANSWER_DELAY_S = 0.4  # per taped answer: the model phases then take seconds, as they do
 RUN_TIMEOUT_S = 900
 REFERENCE_TIMEOUT_S = 3600  # the uninterrupted run asks the real model: the store grid's ingests
-#: how an interruption is sent: to snakemake alone, or to its process group (a terminal's Ctrl-C)
+#: how an interruption is sent: to snakemake alone, or to its process group (a terminal's Ctrl-C);
+#: STOP is `python -m srb stop` (SIGTERM to snakemake, then to its running jobs)
 SIGNALS: dict[str, tuple[signal.Signals, bool]] = {
     "KILL": (signal.SIGKILL, False),
     "INT": (signal.SIGINT, True),
     "TERM": (signal.SIGTERM, False),
+    "STOP": (signal.SIGTERM, False),
 }
 #: a run told to stop (INT, TERM) must have exited this many seconds later; the jobs running then
 #: are short on the tiny corpus (snakemake lets them finish on SIGTERM)
@@ -380,11 +383,16 @@ def complete_run(
     return 0, "\n".join(out)
 
 
-def interrupt(proc: subprocess.Popen, point: Point) -> None:
-    """Send `point.signal`; for INT and TERM, wait up to STOP_BOUND_S for snakemake to exit."""
+def interrupt(proc: subprocess.Popen, point: Point, root: Path) -> None:
+    """Send `point.signal`; for INT, TERM and STOP, wait up to STOP_BOUND_S for snakemake to
+    exit."""
     signum, to_group = SIGNALS[point.signal]
     sent = time.monotonic()
-    if to_group:
+    if point.signal == "STOP":
+        subprocess.run([sys.executable, "-m", "srb", "stop", "--workdir", str(root),
+                        "--wait", str(STOP_BOUND_S)], cwd=root, env=env(),
+                       capture_output=True, timeout=STOP_BOUND_S + 30)  # fmt: skip
+    elif to_group:
         os.killpg(proc.pid, signum)  # its own session: the group is snakemake and its jobs
     else:
         proc.send_signal(signum)
@@ -416,7 +424,7 @@ def run_until_killed(root: Path, point: Point) -> None:
             if seen_at is not None and time.monotonic() - seen_at >= point.delay_s:
                 point.killed = True
                 point.killed_at_s = time.monotonic() - started
-                interrupt(proc, point)
+                interrupt(proc, point, root)
                 break
             time.sleep(0.05)
     finally:
@@ -570,7 +578,8 @@ def table(result: Sweep) -> list[str]:
             "outputs equal | repeated calls | cache intact | orphans | verdict |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for p in result.points:
-        where = (f"SIG{p.signal} {p.rule} #{p.occurrence} +{p.delay_s:.1f} s "
+        how = "srb stop" if p.signal == "STOP" else f"SIG{p.signal}"
+        where = (f"{how} {p.rule} #{p.occurrence} +{p.delay_s:.1f} s "
                  f"({p.killed_at_s:.0f} s in)" if p.killed
                  else f"{p.rule} #{p.occurrence}: run ended first")  # fmt: skip
         stopped = ("-" if p.signal == "KILL" or not p.killed
@@ -593,7 +602,7 @@ def repeated(points: Sequence[Point]) -> str:
 def summary(result: Sweep) -> str:
     pts = result.points
     how = {p.signal for p in pts}
-    name = {"KILL": "kill -9", "INT": "Ctrl-C (SIGINT)", "TERM": "SIGTERM"}
+    name = {"KILL": "kill -9", "INT": "Ctrl-C (SIGINT)", "TERM": "SIGTERM", "STOP": "srb stop"}
     label = " / ".join(name[h] for h in SIGNALS if h in how) or "kill -9"
     stopped = [p.stop_s for p in pts if p.signal != "KILL" and p.killed and not p.hung]
     stops = ""
