@@ -150,6 +150,25 @@ def _terminate_run(main: psutil.Process) -> int:
     return sent
 
 
+def _exited(proc: psutil.Process) -> bool:
+    """Gone, or a zombie: exited, its status not yet collected by its parent (which may be
+    the very process waiting on this stop)."""
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait_exited(procs: list[psutil.Process], wait_s: float) -> list[psutil.Process]:
+    """Those of `procs` still running after up to `wait_s` seconds."""
+    deadline = time.monotonic() + wait_s
+    alive = [p for p in procs if not _exited(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if not _exited(p)]
+    return alive
+
+
 def stop_run(workdir: str | Path = ".", wait_s: float = 120.0) -> tuple[bool, list[str]]:
     """Stop the snakemake run(s) in `workdir` now; (all stopped, what was done). Snakemake
     removes the interrupted jobs' outputs as incomplete and its lock, so the README's command
@@ -161,7 +180,7 @@ def stop_run(workdir: str | Path = ".", wait_s: float = 120.0) -> tuple[bool, li
     started = time.monotonic()
     done = [f"sent SIGTERM to snakemake pid {p.pid}, then to {_terminate_run(p)} processes of "
             "its running jobs" for p in runs]  # fmt: skip
-    _, alive = psutil.wait_procs(runs, timeout=wait_s)
+    alive = _wait_exited(runs, wait_s)
     took = time.monotonic() - started
     if alive:
         pids = ", ".join(str(p.pid) for p in alive)

@@ -140,5 +140,28 @@ def test_a_background_run_is_stopped_at_once_and_leaves_nothing_to_resume(
             wrapper.wait()
 
 
+def test_a_run_whose_parent_waits_on_the_stop_is_not_waited_for_as_a_zombie(tmp_path: Path) -> None:
+    """The caller is snakemake's parent and reaps it only after the stop returns (as the kill
+    sweep does): the exited snakemake is a zombie until then and must count as stopped."""
+    (tmp_path / "Snakefile").write_text(SNAKEFILE)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "--quiet"],
+        cwd=tmp_path, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not _sleepers(psutil.Process(run.pid)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        started = time.monotonic()
+        stopped, said = stop_run(tmp_path, wait_s=60)
+        assert stopped and time.monotonic() - started < 30, said
+        assert run.wait(timeout=5) == 1  # its status was left for its parent to collect
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+
+
 def test_stop_with_nothing_running_says_so(tmp_path: Path) -> None:
     assert stop_run(tmp_path) == (True, [f"no snakemake is running in {tmp_path.resolve()}"])
