@@ -8,7 +8,7 @@ SHELL  := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 QUIET  := { grep -v "is ignored: it is neither" || true; }  # this host's pip config names absent index dirs
 
-.PHONY: setup run report test lint dryrun-paper anchor bench bench-llm bench-ingest reliability reliability-kill reliability-kill-stores models-qwen stop-servers java clean
+.PHONY: setup run report test lint dryrun-paper anchor bench bench-llm bench-ingest reliability reliability-kill reliability-kill-stores models-qwen stop stop-servers java clean
 
 setup: $(STAMP)
 
@@ -65,6 +65,9 @@ models-qwen: setup
 
 java:  # rebuild srb's Java helper (BM25 batch search) from its source; the .class is committed
 	javac --release 17 -d srb/index/java srb/index/java/srb/BulkSearch.java
+
+stop:  # stop the run in this directory now (SIGTERM alone waits for every running job); make run resumes
+	$(BIN)/python -m srb stop
 
 stop-servers: setup
 	$(BIN)/python -m srb stop-servers
