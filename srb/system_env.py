@@ -4,7 +4,10 @@ Why: some memory libraries (Hindsight's server, Cognee) pin versions the project
 cannot hold (see envs/README.md). Their code then runs in a venv of their own, built here by the
 workflow (rule `system_env`) and reused while the lock is unchanged: a rerun, even with
 `--forceall`, checks the lock's hash and installs nothing. Every package comes from the lock
-with `--no-deps`, so the environment is the same on every machine.
+with `--no-deps`, so the environment is the same on every machine. The installer is uv (pinned
+in requirements.lock), which downloads in parallel: Cognee's 178 packages took 232 s with pip on
+a clean clone (30% CPU: waiting on one download after another) and under 10 s with uv; pip is
+the fallback where uv is absent.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -36,15 +40,40 @@ def env_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def _pip(python: Path, args: list[str], log_file: Path | None) -> None:
-    cmd = [str(python), "-m", "pip", "--disable-pip-version-check", *args]
+def uv_binary() -> str | None:
+    """The uv beside this interpreter (the project's venv), else on PATH, else None."""
+    beside = Path(sys.executable).parent / "uv"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("uv")
+
+
+def find_links() -> list[str]:
+    """pip's --find-links from the environment (PIP_FIND_LINKS, space-separated): uv does not
+    read pip's settings, and a host may keep wheels (e.g. torch's CPU build) only there."""
+    return [
+        a for link in os.environ.get("PIP_FIND_LINKS", "").split() for a in ("--find-links", link)
+    ]
+
+
+def install_command(python: Path, requirements: Path) -> list[str]:
+    """Install every pinned package of `requirements` into `python`'s venv, nothing else."""
+    uv = uv_binary()
+    if uv:
+        return [uv, "pip", "install", "--quiet", "--python", str(python), "--no-deps",
+                *find_links(), "-r", str(requirements)]  # fmt: skip
+    return [str(python), "-m", "pip", "--disable-pip-version-check", "install", "-q",
+            "--no-deps", "--prefer-binary", "-r", str(requirements)]  # fmt: skip
+
+
+def _install(cmd: list[str], log_file: Path | None) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if log_file is not None:
         with log_file.open("a") as fh:
             fh.write(f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}\n")
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise RuntimeError(f"pip failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
+        raise RuntimeError(f"installing failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
 
 
 def ensure_env(
@@ -67,11 +96,9 @@ def ensure_env(
             if venv.exists():
                 subprocess.run(["rm", "-rf", str(venv)], check=True)
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-            _pip(
-                env_python(venv),
-                ["install", "-q", "--no-deps", "--prefer-binary", "-r", str(requirements)],
-                log_file,
-            )
+            cmd = install_command(env_python(venv), requirements)
+            log.info("%s: installing with %s", system, Path(cmd[0]).name)
+            _install(cmd, log_file)
             with atomic_write(stamp) as fh:
                 fh.write(wanted + "\n")
             built = True

@@ -45,7 +45,7 @@ empty list when the text has none of this aspect.
 """
 
 
-def claims_schema(max_claims: int, max_chars: int) -> dict[str, Any]:
+def claims_schema(max_claims: int, max_chars: int, max_quote_chars: int = 300) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": {
@@ -56,7 +56,7 @@ def claims_schema(max_claims: int, max_chars: int) -> dict[str, Any]:
                     "type": "object",
                     "properties": {
                         "claim": {"type": "string", "minLength": 10, "maxLength": max_chars},
-                        "quote": {"type": "string", "maxLength": 300},
+                        "quote": {"type": "string", "maxLength": max_quote_chars},
                     },
                     "required": ["claim", "quote"],
                     "additionalProperties": False,
@@ -137,7 +137,7 @@ def extract_paper(paper: Paper, models: EndpointModels, opts: TheoriaOptions) ->
     """All passes of one paper, `opts.concurrency` calls in flight; claims in a fixed order
     (chunk, aspect, answer order), duplicates within the paper dropped."""
     passes = list(_passes(paper, opts))
-    schema = claims_schema(opts.max_claims_per_pass, opts.max_claim_chars)
+    schema = claims_schema(opts.max_claims_per_pass, opts.max_claim_chars, opts.max_quote_chars)
 
     def run(p: tuple[int, int, int, str]) -> tuple[list[Claim], str | None]:
         i, s, e, aspect = p

@@ -23,6 +23,11 @@ class TheoriaOptions:
     max_claims_per_pass: int = 8
     #: longest claim, in characters
     max_claim_chars: int = 400
+    #: longest supporting quote, in characters (the prompt asks for at most 200). With the
+    #: claim bounds it caps an answer's length: set them so the fullest answer fits
+    #: `extraction_max_tokens` (about 3.5 characters a token), or full answers are cut, fail to
+    #: parse and are asked again at the same length
+    max_quote_chars: int = 300
     #: completion budget of one extraction answer
     extraction_max_tokens: int = 1024
     #: bounded retries of an unparseable extraction or decision answer
