@@ -18,9 +18,12 @@ CPU) and `<out>.png` (log-log); exits non-zero if any run fails, naming its log.
     python bench/scale.py [--sizes 49 200 819] [--systems simple_rag] [--cores 2]
         [--workdir /tmp/srb-scale] [--out bench/results/scale]
 
-The memory systems are not in it: their ingest is LLM extraction over every chunk, 2 to 3 min per
+`--stores mem0` adds one store system, through its real library and store (Mem0, local Qdrant):
+its ingest, the BM25 index over its exported items, its doctor and its restored cells (dense and
+hybrid), with `memory.mem0.infer: false`, so each ~6K-character chunk is stored as one memory and
+no model is called. The extraction is left out because it is an LLM call per chunk, 2 to 3 min per
 paper per system with the packaged 0.5B model on 2 CPU cores (days at 819 papers);
-`python -m srb paper-cost` estimates them at paper scale from a finished small run.
+`python -m srb paper-cost` estimates it at paper scale from a finished small run.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ RULES = [
     "rank",
     "restore_context",
 ]
+STORE_RULES = ["ingest_store", "doctor_store", "restore_store_native", "restore_store"]
 
 
 def cpu_model() -> str:
@@ -74,27 +78,37 @@ def nested_slice(corpus: Corpus, n: int, name: str) -> Corpus:
     return replace(corpus, name=name, papers=tuple(papers), questions=questions)
 
 
-def write_config(path: Path, name: str, corpus_dir: Path, systems: list[str], cores: int) -> None:
-    """The embedded default's grid (modalities, budgets, retrieval settings) on this corpus,
-    unit systems only; the encoder gets every core since one system's index builds at a time."""
+def write_config(
+    path: Path, name: str, corpus_dir: Path, systems: list[str], stores: list[str], cores: int
+) -> None:
+    """The embedded default's grid (modalities, budgets, retrieval settings) on this corpus; the
+    encoder gets every core since one system's index builds at a time. Store systems ingest the
+    whole corpus (no slice), Mem0 without its LLM extraction."""
     config = {
         "corpora": [name],
         "corpus_sources": {name: {"loader": "canonical", "path": str(corpus_dir)}},
         "systems": systems,
-        "memory": {"systems": []},
-        "llm": {"systems": systems},  # no LLM job runs: the targets are retrieval cells
+        "memory": {"systems": stores, "papers": None, "mem0": {"infer": False}},
+        "llm": {"systems": systems + stores},  # no LLM job runs: the targets are retrieval cells
         "dense": {"threads": cores},
         "bm25": {"threads": cores},
     }
     path.write_text(yaml.safe_dump(config))
 
 
-def targets(name: str, systems: list[str], config: dict) -> list[str]:
-    out = [f"results/{name}/doctor/{s}.json" for s in systems]
+def targets(name: str, systems: list[str], stores: list[str], config: dict) -> list[str]:
+    out = [f"results/{name}/doctor/{s}.json" for s in systems + stores]
     for system in systems:
         for modality in config["modalities"]:
             out += [
                 f"results/{name}/retrieval/{system}/{modality}/{b}.jsonl" for b in config["budgets"]
+            ]
+    from srb.systems import get_store_system
+
+    for store in stores:
+        for modality in get_store_system(store).modalities:
+            out += [
+                f"results/{name}/retrieval/{store}/{modality}/{b}.jsonl" for b in config["budgets"]
             ]
     return out
 
@@ -118,10 +132,10 @@ def run_logged(cmd: list[str], log: Path) -> tuple[float, float]:
     return wall, (int(rss.group(1)) / 1024 if rss else float("nan"))
 
 
-def rule_costs(workdir: Path, name: str) -> dict[str, tuple[float, float, int]]:
+def rule_costs(workdir: Path, name: str, rules: list[str]) -> dict[str, tuple[float, float, int]]:
     """rule -> (seconds summed over its jobs, largest max_rss MiB, jobs) from benchmark files."""
     costs = {}
-    for rule in RULES:
+    for rule in rules:
         files = sorted((workdir / "results" / "benchmarks" / rule / name).rglob("*.tsv"))
         files += sorted((workdir / "results" / "benchmarks" / rule).glob(f"{name}.tsv"))
         rows = [next(csv.DictReader(f.open(), delimiter="\t")) for f in files]
@@ -161,21 +175,21 @@ def exponent(papers: list[int], seconds: list[float]) -> float:
     return float(np.polyfit(np.log(papers), np.log(seconds), 1)[0])
 
 
-def write_figure(rows: list[dict], sizes: list[int], path: Path) -> None:
+def write_figure(rows: list[dict], sizes: list[int], path: Path, rules: list[str]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for series in [*RULES, "wall"]:
+    for series in [*rules, "wall"]:
         ys = [r["seconds"] for r in rows if r["rule"] == series]
         style = {"linewidth": 2.5, "color": "black"} if series == "wall" else {}
         label = f"{series} (k={exponent(sizes, ys):.2f})"
         ax.loglog(sizes, ys, marker="o", label=label, **style)
     ax.set_xlabel("papers (Evidence Inference train/val, nested slices)")
     ax.set_ylabel("seconds (a rule: summed over its jobs; wall: the run)")
-    ax.set_title("srb unit-system workflow cost vs corpus size (log-log)")
+    ax.set_title("srb workflow cost vs corpus size (log-log)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
@@ -187,6 +201,7 @@ def main() -> int:
     parser.add_argument("--data", default=str(DATA))
     parser.add_argument("--sizes", nargs="+", type=int, default=[49, 200, 819])
     parser.add_argument("--systems", nargs="+", default=["simple_rag"])
+    parser.add_argument("--stores", nargs="*", default=[], help="store systems (mem0)")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--workdir", default="/tmp/srb-scale")
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "scale"))
@@ -196,7 +211,9 @@ def main() -> int:
     defaults = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     root = Path(args.workdir)
     rows: list[dict] = []
-    print(f"CPU: {cpu_model()}; --cores {args.cores}; systems {' '.join(args.systems)}")
+    rules = RULES + (STORE_RULES if args.stores else [])
+    print(f"CPU: {cpu_model()}; --cores {args.cores}; systems {' '.join(args.systems)}; "
+          f"stores {' '.join(args.stores) or 'none'}")  # fmt: skip
     for n in args.sizes:
         name = f"trainval-{n}"
         corpus = nested_slice(full, n, name)
@@ -207,17 +224,18 @@ def main() -> int:
         if not (workdir / "config").exists():  # config paths (prompts) are relative to the run
             (workdir / "config").symlink_to(REPO / "config")
         config = workdir / "scale.yaml"
-        write_config(config, name, corpus_dir, args.systems, args.cores)
+        write_config(config, name, corpus_dir, args.systems, args.stores, args.cores)
         configs = [REPO / "config" / "config.yaml", config]  # --configfile replaces the default
         cmd = snakemake(
-            workdir, configs, "--cores", str(args.cores), *targets(name, args.systems, defaults)
-        )
+            workdir, configs, "--cores", str(args.cores),
+            *targets(name, args.systems, args.stores, defaults),
+        )  # fmt: skip
         wall, peak = run_logged(cmd, workdir / "snakemake.log")
-        costs = rule_costs(workdir, name)
+        costs = rule_costs(workdir, name, rules)
         dag_s, dag_jobs = dag_build(workdir, name, corpus_dir, workdir / "paper_dry_run.log")
         units = sum(
             1
-            for s in args.systems
+            for s in args.systems + args.stores
             for _ in (workdir / "results" / name / "units" / f"{s}.jsonl").open()
         )
         common = {
@@ -249,13 +267,14 @@ def main() -> int:
     sizes = args.sizes
     lines = [
         f"CPU: {cpu_model()}; `--cores {args.cores}`; systems: {', '.join(args.systems)}; "
+        f"store systems: {', '.join(args.stores) or 'none'} (Mem0 with `infer: false`); "
         f"grid: modalities {', '.join(defaults['modalities'])} x budgets "
         f"{', '.join(map(str, defaults['budgets']))}",
         "",
         "| rule | " + " | ".join(f"{n} papers" for n in sizes) + " | exponent k |",
         "|---|" + "---|" * (len(sizes) + 1),
     ]
-    for series in [*RULES, "wall", "paper_dag_dry_run"]:
+    for series in [*rules, "wall", "paper_dag_dry_run"]:
         mine = [r for r in rows if r["rule"] == series]
         cells = [f"{r['seconds']:.1f} s" for r in mine]
         if series not in ("paper_dag_dry_run",):
@@ -279,7 +298,7 @@ def main() -> int:
         ),
     ]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    write_figure(rows, sizes, out.with_suffix(".png"))
+    write_figure(rows, sizes, out.with_suffix(".png"), rules)
     print("\n".join(lines))
     print(json.dumps({"tsv": str(out.with_suffix(".tsv")), "png": str(out.with_suffix(".png"))}))
     return 0

@@ -236,6 +236,8 @@ def memory_params(*extra):
         "max_whitespace_run",
         "theoria",
         "hindsight",
+        "mem0",
+        "cognee",
         *extra,
     ]
     return {k: MEMORY.get(k) for k in keep}

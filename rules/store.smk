@@ -57,6 +57,8 @@ rule doctor_store:
         ),
     log:
         "results/logs/doctor/{corpus}/{system}.log",
+    benchmark:
+        "results/benchmarks/doctor_store/{corpus}/{system}.tsv"
     wildcard_constraints:
         system=STORE_PATTERN,
     priority: MEMORY_CHAIN_PRIORITY
@@ -102,6 +104,8 @@ rule restore_store:
         ),
     log:
         "results/logs/restore_store/{corpus}/{system}/{modality}.log",
+    benchmark:
+        "results/benchmarks/restore_store/{corpus}/{system}/{modality}.tsv"
     wildcard_constraints:
         system=BUDGETED_STORE_PATTERN,
     priority: MEMORY_CHAIN_PRIORITY
@@ -146,6 +150,8 @@ rule restore_store_native:
         verdicts=["results/{corpus}/retrieval/{system}/{modality}/native.budget.json"],
     log:
         "results/logs/restore_store_native/{corpus}/{system}/{modality}.log",
+    benchmark:
+        "results/benchmarks/restore_store_native/{corpus}/{system}/{modality}.tsv"
     wildcard_constraints:
         system=NATIVE_STORE_PATTERN,
         modality=INTERNAL_MODALITY_PATTERN,

@@ -262,3 +262,35 @@ def test_without_the_java_helper_the_jni_paths_return_the_same(index, threads):
     searcher._bulk._helper = None
     found = searcher.search(list(QUERIES.values()), list(QUERIES), 100, threads)
     assert found == per_query(index, 0.9, 0.4, 100)
+
+
+@pytest.fixture(scope="module")
+def wide_tie_index(tmp_path_factory):
+    """More identical documents than BulkSearch.MARGIN, indexed out of id order."""
+    ids = [f"t{n}" for n in (13, 2, 11, 7, 0, 5, 12, 9, 1, 8, 3, 10, 6, 4)]
+    docs = [(doc_id, DUPLICATE) for doc_id in ids] + [(f"d{i}", t) for i, t in enumerate(TEXTS)]
+    path = tmp_path_factory.mktemp("lucene-ties") / "index"
+    assert build_lucene_index(docs, path) == len(docs)
+    return path
+
+
+@pytest.mark.parametrize("depth", [1, 3, 13, 14, 15, 100])
+def test_pruned_search_falls_back_to_the_sorted_search_when_a_tie_outgrows_its_margin(
+    wide_tie_index, depth
+):
+    """14 documents tie on "dup"'s top score: when all k + 10 collected hits tie with the k-th,
+    more may tie beyond them, so that query is searched the sorted way (counted); the hits are
+    Pyserini's either way, ties ordered by id as a string."""
+    from jnius import autoclass
+
+    helper = autoclass("srb.BulkSearch")
+    searcher = BM25Searcher(wide_tie_index)
+    before = helper.fallbacks()
+    found = searcher.search(list(QUERIES.values()), list(QUERIES), depth, 2)
+    assert found == per_query(wide_tie_index, 0.9, 0.4, depth)
+    tied = [d for d, _ in found["dup"] if d.startswith("t")]
+    assert tied == sorted(f"t{n}" for n in range(14))[: min(depth, 14)]
+    if depth <= 3:  # k + 10 <= 14: every collected hit ties with the k-th
+        assert helper.fallbacks() > before
+    if depth == 100:  # fewer documents than k + 10: every match was collected
+        assert helper.fallbacks() == before

@@ -213,3 +213,18 @@ def test_a_failed_retry_starts_from_a_clean_paper_scope(tmp_path) -> None:
         assert memory.get_all(filters={"user_id": USER_ID})["results"] == []
         assert memory.db.get_last_messages(f"run_id={PAPERS[0].id}&user_id={USER_ID}") == []
         system.finish(store, endpoint)
+
+
+def test_without_inference_each_chunk_is_one_memory_and_no_model_is_called(tmp_path) -> None:
+    """`memory.mem0.infer: false` (Mem0's own `add(infer=False)`): the store path with no
+    extraction, what bench/scale.py times at 819 papers."""
+    assert Mem0System().configure({}).infers()
+    record, backend, out = run_ingest(
+        tmp_path, tmp_path / "cache", "raw", {"mem0": {"infer": False}}
+    )
+    assert backend.bodies == []
+    assert record["model_calls"]["chat_requests"] == 0 and record["papers_failed"] == 0
+    items = [r for _, r in iter_jsonl(out / "items.jsonl")]
+    by_paper = {r["paper_id"]: r["text"] for r in items}
+    assert len(items) == record["items_stored"] == 2  # one ~6K chunk per paper here
+    assert by_paper == {p.id: paper_chunks(p)[0] for p in PAPERS}

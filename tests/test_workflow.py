@@ -440,3 +440,21 @@ def test_cognees_graph_completion_is_native_and_answered_with_its_own_prompt():
                   if "modality=graph_completion" in b) == ["native"]  # fmt: skip
     assert all("config/prompts/cognee.md" in b for b in answers if "graph_completion" in b)
     assert not any("config/prompts/cognee.md" in b for b in answers if "modality=chunks" in b)
+
+
+def test_every_store_systems_own_settings_reach_its_jobs():
+    """A store job is configured from `params.memory` (rules/common.smk `memory_params`), not the
+    whole config: each system's own settings object of the schema must be in it, or a user's
+    setting is silently ignored (memory.cognee was, until stop 31) and changing it reruns nothing."""
+    from srb.systems import store_registry
+
+    schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
+    memory = schema["properties"]["memory"]["properties"]
+    own = sorted(
+        k for k, v in memory.items() if k in store_registry() and v.get("type") == "object"
+    )
+    assert {"mem0", "cognee", "hindsight", "theoria"} <= set(own)
+    common = (REPO / "rules" / "common.smk").read_text()
+    body = common.split("def memory_params(")[1].split("\ndef ")[0]
+    keep = re.search(r"keep = \[(.*?)\]", body, re.S).group(1)
+    assert [k for k in own if f'"{k}"' not in keep] == []

@@ -273,9 +273,12 @@ class _BulkSearch:
     def _helped(
         self, queries: Sequence[str], depth: int, threads: int
     ) -> list[tuple[list[Hit] | None, str]]:
-        """srb.BulkSearch: the same two Lucene calls per query as the loop below, made on
-        `threads` Java threads in one JNI call, each hit back as [id, score] in one string."""
-        text = self._helper.search(
+        """srb.BulkSearch: the same hits as the loop below, on `threads` Java threads in one
+        JNI call, each hit back as [id, score] in one string. Its pruned search collects the top
+        k + 10 by score alone (Lucene may skip documents that cannot enter them) and breaks ties
+        by the id itself; a query whose tie at the k-th score reaches past those is searched the
+        sorted way (BulkSearch.java)."""
+        text = self._helper.searchPruned(
             self._searcher, self._generator, self._analyzer, self._sort, _FIELD,
             list(queries), depth, max(1, threads),
         )  # fmt: skip

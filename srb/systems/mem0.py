@@ -261,9 +261,17 @@ class Mem0System(StoreSystem):
     def prepare(self, store_dir: Path, endpoint: Endpoint) -> None:
         self._memory(store_dir, endpoint)
 
+    def infers(self) -> bool:
+        """`memory.mem0.infer` (default true, as the paper ran it): Mem0's LLM extracts facts
+        from each chunk. False stores each chunk as one memory with no model call (Mem0's own
+        `infer=False`): the store path alone, which bench/scale.py times up to 819 papers, where
+        extraction on 2 CPU cores would take days."""
+        return bool((self.options.get("mem0") or {}).get("infer", True))
+
     def ingest_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> int:
         memory = self._memory(store_dir, endpoint)
         stored = 0
+        infer = self.infers()
         for i, chunk in enumerate(paper_chunks(paper)):
             with pinned_prompt_date():
                 result = memory.add(
@@ -271,7 +279,7 @@ class Mem0System(StoreSystem):
                     user_id=USER_ID,
                     run_id=paper.id,
                     metadata={"paper_id": paper.id, "chunk": i},
-                    infer=True,
+                    infer=infer,
                 )
             stored += sum(1 for r in result.get("results", []) if r.get("event") == "ADD")
         return stored
