@@ -58,7 +58,7 @@ RULES = [
     "rank",
     "restore_context",
 ]
-STORE_RULES = ["ingest_store", "doctor_store", "restore_store_native", "restore_store"]
+STORE_RULES = ["ingest_store", "doctor_store", "restore_store"]  # Mem0 has no native-only cell
 
 
 def cpu_model() -> str:
