@@ -1,4 +1,4 @@
-"""Cost at scale: the unit systems' workflow on 49 -> 200 -> 819 papers, and its exponent.
+"""Cost at scale: the workflow of a unit system and a store system on 49 -> 200 -> 819 papers.
 
 Each size is a nested slice of the Evidence Inference train/validation set read from `../shared`
 (the first N papers by id, and the questions whose papers all lie in them), written in the
@@ -15,7 +15,7 @@ The cost exponent of each rule is the slope of log seconds on log papers (least 
 sizes). Writes `<out>.tsv` (one row per size and rule), `<out>.md` (the table, the exponents, the
 CPU) and `<out>.png` (log-log); exits non-zero if any run fails, naming its log.
 
-    python bench/scale.py [--sizes 49 200 819] [--systems simple_rag] [--cores 2]
+    python bench/scale.py [--sizes 49 200 819] [--systems simple_rag] [--stores mem0] [--cores 2]
         [--workdir /tmp/srb-scale] [--out bench/results/scale]
 
 `--stores mem0` adds one store system, through its real library and store (Mem0, local Qdrant):
@@ -201,7 +201,9 @@ def main() -> int:
     parser.add_argument("--data", default=str(DATA))
     parser.add_argument("--sizes", nargs="+", type=int, default=[49, 200, 819])
     parser.add_argument("--systems", nargs="+", default=["simple_rag"])
-    parser.add_argument("--stores", nargs="*", default=[], help="store systems (mem0)")
+    parser.add_argument(
+        "--stores", nargs="*", default=["mem0"], help="store systems (mem0); none: --stores"
+    )
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--workdir", default="/tmp/srb-scale")
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "scale"))
