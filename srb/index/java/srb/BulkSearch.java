@@ -125,69 +125,48 @@ public final class BulkSearch {
         Class.forName("org.apache.lucene.search.TopDocsCollector", false, loader)
             .getMethod("topDocs");
 
-    ExecutorService pool = Executors.newFixedThreadPool(Math.max(1, threads));
-    try {
-      List<Future<String>> runs = new ArrayList<>(queries.length);
-      for (String text : queries) {
-        runs.add(
-            pool.submit(
-                () -> {
-                  try {
-                    Object query = build.invoke(generator, field, analyzer, text);
-                    Object collector = create.invoke(null, n, n);
-                    collect.invoke(searcher, query, collector);
-                    Object[] hits = (Object[]) scoreDocs.get(topDocsMethod.invoke(collector));
-                    int m = hits.length;
-                    if (m >= n && !(score.getFloat(hits[k - 1]) > score.getFloat(hits[m - 1]))) {
-                      FALLBACKS.incrementAndGet();
-                      String[] one = {text};
-                      String sortedRun =
-                          search(searcher, generator, analyzer, sort, field, one, k, 1);
-                      return sortedRun.substring(1, sortedRun.length() - 1);
-                    }
-                    int[] docs = new int[m];
-                    float[] scores = new float[m];
-                    Integer[] order = new Integer[m];
-                    for (int i = 0; i < m; i++) {
-                      docs[i] = docField.getInt(hits[i]);
-                      scores[i] = score.getFloat(hits[i]);
-                      order[i] = i;
-                    }
-                    Arrays.sort(
-                        order,
-                        (a, b) -> {
-                          int byScore = Float.compare(scores[b], scores[a]);
-                          return byScore != 0
-                              ? byScore
-                              : Arrays.compareUnsigned(ids[docs[a]], ids[docs[b]]);
-                        });
-                    int keep = Math.min(k, m);
-                    StringBuilder out = new StringBuilder(keep * 32 + 2).append('[');
-                    for (int i = 0; i < keep; i++) {
-                      int hit = order[i];
-                      if (i > 0) out.append(',');
-                      out.append('[');
-                      quote(out, new String(ids[docs[hit]], StandardCharsets.UTF_8));
-                      out.append(',').append(Float.toString(scores[hit])).append(']');
-                    }
-                    return out.append(']').toString();
-                  } catch (InvocationTargetException e) {
-                    Throwable cause = e.getCause() == null ? e : e.getCause();
-                    StringBuilder out = new StringBuilder();
-                    quote(out, cause.getClass().getName() + ": " + cause.getMessage());
-                    return out.toString();
-                  }
-                }));
-      }
-      StringBuilder all = new StringBuilder().append('[');
-      for (int i = 0; i < runs.size(); i++) {
-        if (i > 0) all.append(',');
-        all.append(runs.get(i).get());
-      }
-      return all.append(']').toString();
-    } finally {
-      pool.shutdownNow();
-    }
+    return batch(
+        queries,
+        threads,
+        text -> {
+          Object query = build.invoke(generator, field, analyzer, text);
+          Object collector = create.invoke(null, n, n);
+          collect.invoke(searcher, query, collector);
+          Object[] hits = (Object[]) scoreDocs.get(topDocsMethod.invoke(collector));
+          int m = hits.length;
+          if (m >= n && !(score.getFloat(hits[k - 1]) > score.getFloat(hits[m - 1]))) {
+            FALLBACKS.incrementAndGet();
+            String[] one = {text};
+            String sortedRun = search(searcher, generator, analyzer, sort, field, one, k, 1);
+            return sortedRun.substring(1, sortedRun.length() - 1);
+          }
+          int[] docs = new int[m];
+          float[] scores = new float[m];
+          Integer[] order = new Integer[m];
+          for (int i = 0; i < m; i++) {
+            docs[i] = docField.getInt(hits[i]);
+            scores[i] = score.getFloat(hits[i]);
+            order[i] = i;
+          }
+          Arrays.sort(
+              order,
+              (a, b) -> {
+                int byScore = Float.compare(scores[b], scores[a]);
+                return byScore != 0
+                    ? byScore
+                    : Arrays.compareUnsigned(ids[docs[a]], ids[docs[b]]);
+              });
+          int keep = Math.min(k, m);
+          StringBuilder out = new StringBuilder(keep * 32 + 2).append('[');
+          for (int i = 0; i < keep; i++) {
+            int hit = order[i];
+            if (i > 0) out.append(',');
+            out.append('[');
+            quote(out, new String(ids[docs[hit]], StandardCharsets.UTF_8));
+            out.append(',').append(Float.toString(scores[hit])).append(']');
+          }
+          return out.append(']').toString();
+        });
   }
 
   /** JSON array, one element per query in order: [[id, score], ...], or a string (the error). */
@@ -220,6 +199,41 @@ public final class BulkSearch {
     Field offset = bytesRef.getField("offset");
     Field length = bytesRef.getField("length");
 
+    return batch(
+        queries,
+        threads,
+        text -> {
+          Object query = build.invoke(generator, field, analyzer, text);
+          Object top = run.invoke(searcher, query, k, sort, true);
+          Object[] hits = (Object[]) scoreDocs.get(top);
+          StringBuilder out = new StringBuilder(hits.length * 32 + 2).append('[');
+          for (int i = 0; i < hits.length; i++) {
+            Object id = ((Object[]) sortValues.get(hits[i]))[1];
+            String name =
+                new String(
+                    (byte[]) bytes.get(id),
+                    offset.getInt(id),
+                    length.getInt(id),
+                    StandardCharsets.UTF_8);
+            if (i > 0) out.append(',');
+            out.append('[');
+            quote(out, name);
+            out.append(',').append(Float.toString(score.getFloat(hits[i]))).append(']');
+          }
+          return out.append(']').toString();
+        });
+  }
+
+  /** One query's search: its JSON element. */
+  private interface QuerySearch {
+    String run(String text) throws Exception;
+  }
+
+  /**
+   * Every query searched on a pool of `threads` Java threads: a JSON array in query order, where
+   * a query whose Lucene call threw is the message it threw.
+   */
+  private static String batch(String[] queries, int threads, QuerySearch search) throws Exception {
     ExecutorService pool = Executors.newFixedThreadPool(Math.max(1, threads));
     try {
       List<Future<String>> runs = new ArrayList<>(queries.length);
@@ -228,24 +242,7 @@ public final class BulkSearch {
             pool.submit(
                 () -> {
                   try {
-                    Object query = build.invoke(generator, field, analyzer, text);
-                    Object top = run.invoke(searcher, query, k, sort, true);
-                    Object[] hits = (Object[]) scoreDocs.get(top);
-                    StringBuilder out = new StringBuilder(hits.length * 32 + 2).append('[');
-                    for (int i = 0; i < hits.length; i++) {
-                      Object id = ((Object[]) sortValues.get(hits[i]))[1];
-                      String name =
-                          new String(
-                              (byte[]) bytes.get(id),
-                              offset.getInt(id),
-                              length.getInt(id),
-                              StandardCharsets.UTF_8);
-                      if (i > 0) out.append(',');
-                      out.append('[');
-                      quote(out, name);
-                      out.append(',').append(Float.toString(score.getFloat(hits[i]))).append(']');
-                    }
-                    return out.append(']').toString();
+                    return search.run(text);
                   } catch (InvocationTargetException e) {
                     Throwable cause = e.getCause() == null ? e : e.getCause();
                     StringBuilder out = new StringBuilder();
