@@ -104,26 +104,21 @@ public final class BulkSearch {
       int k,
       int threads)
       throws Exception {
-    ClassLoader loader = searcher.getClass().getClassLoader();
-    Class<?> analyzerClass = Class.forName("org.apache.lucene.analysis.Analyzer", false, loader);
-    Class<?> queryClass = Class.forName("org.apache.lucene.search.Query", false, loader);
-    Class<?> collectorClass = Class.forName("org.apache.lucene.search.Collector", false, loader);
-    Method build =
-        generator.getClass().getMethod("buildQuery", String.class, analyzerClass, String.class);
+    Lucene lucene = new Lucene(searcher, generator);
+    Method build = lucene.build;
+    Field scoreDocs = lucene.scoreDocs;
+    Field score = lucene.score;
+    Class<?> collectorClass = lucene.type("org.apache.lucene.search.Collector");
     Method create =
-        Class.forName("org.apache.lucene.search.TopScoreDocCollector", false, loader)
+        lucene
+            .type("org.apache.lucene.search.TopScoreDocCollector")
             .getMethod("create", int.class, int.class);
-    Method collect = searcher.getClass().getMethod("search", queryClass, collectorClass);
-    Class<?> topDocs = Class.forName("org.apache.lucene.search.TopDocs", false, loader);
-    Field scoreDocs = topDocs.getField("scoreDocs");
-    Class<?> scoreDoc = Class.forName("org.apache.lucene.search.ScoreDoc", false, loader);
-    Field score = scoreDoc.getField("score");
-    Field docField = scoreDoc.getField("doc");
-    byte[][] ids = ids(searcher, loader);
+    Method collect = searcher.getClass().getMethod("search", lucene.query, collectorClass);
+    Field docField = lucene.type("org.apache.lucene.search.ScoreDoc").getField("doc");
+    byte[][] ids = ids(searcher, lucene.loader);
     int n = k + MARGIN;
     Method topDocsMethod =
-        Class.forName("org.apache.lucene.search.TopDocsCollector", false, loader)
-            .getMethod("topDocs");
+        lucene.type("org.apache.lucene.search.TopDocsCollector").getMethod("topDocs");
 
     return batch(
         queries,
@@ -180,21 +175,15 @@ public final class BulkSearch {
       int k,
       int threads)
       throws Exception {
-    ClassLoader loader = searcher.getClass().getClassLoader();
-    Class<?> analyzerClass = Class.forName("org.apache.lucene.analysis.Analyzer", false, loader);
-    Class<?> queryClass = Class.forName("org.apache.lucene.search.Query", false, loader);
-    Class<?> sortClass = Class.forName("org.apache.lucene.search.Sort", false, loader);
-    Method build =
-        generator.getClass().getMethod("buildQuery", String.class, analyzerClass, String.class);
+    Lucene lucene = new Lucene(searcher, generator);
+    Method build = lucene.build;
+    Field scoreDocs = lucene.scoreDocs;
+    Field score = lucene.score;
+    Class<?> sortClass = lucene.type("org.apache.lucene.search.Sort");
     Method run =
-        searcher.getClass().getMethod("search", queryClass, int.class, sortClass, boolean.class);
-    Class<?> topDocs = Class.forName("org.apache.lucene.search.TopDocs", false, loader);
-    Field scoreDocs = topDocs.getField("scoreDocs");
-    Class<?> scoreDoc = Class.forName("org.apache.lucene.search.ScoreDoc", false, loader);
-    Field score = scoreDoc.getField("score");
-    Field sortValues =
-        Class.forName("org.apache.lucene.search.FieldDoc", false, loader).getField("fields");
-    Class<?> bytesRef = Class.forName("org.apache.lucene.util.BytesRef", false, loader);
+        searcher.getClass().getMethod("search", lucene.query, int.class, sortClass, boolean.class);
+    Field sortValues = lucene.type("org.apache.lucene.search.FieldDoc").getField("fields");
+    Class<?> bytesRef = lucene.type("org.apache.lucene.util.BytesRef");
     Field bytes = bytesRef.getField("bytes");
     Field offset = bytesRef.getField("offset");
     Field length = bytesRef.getField("length");
@@ -222,6 +211,31 @@ public final class BulkSearch {
           }
           return out.append(']').toString();
         });
+  }
+
+  /**
+   * What both searches reach by reflection: Lucene's classes as the searcher's loader has them,
+   * Anserini's query builder, and the hits of a TopDocs.
+   */
+  private static final class Lucene {
+    final ClassLoader loader;
+    final Class<?> query;
+    final Method build;
+    final Field scoreDocs;
+    final Field score;
+
+    Lucene(Object searcher, Object generator) throws Exception {
+      loader = searcher.getClass().getClassLoader();
+      query = type("org.apache.lucene.search.Query");
+      Class<?> analyzer = type("org.apache.lucene.analysis.Analyzer");
+      build = generator.getClass().getMethod("buildQuery", String.class, analyzer, String.class);
+      scoreDocs = type("org.apache.lucene.search.TopDocs").getField("scoreDocs");
+      score = type("org.apache.lucene.search.ScoreDoc").getField("score");
+    }
+
+    Class<?> type(String name) throws ClassNotFoundException {
+      return Class.forName(name, false, loader);
+    }
   }
 
   /** One query's search: its JSON element. */
