@@ -26,7 +26,7 @@ $(STAMP): requirements.lock pyproject.toml
 
 run: setup  # after a killed run: stops its orphaned jobs and removes its stale lock, only when no snakemake runs here
 	$(BIN)/python -m srb resume
-	$(BIN)/snakemake --cores $(CORES)
+	$(BIN)/python -m srb run --cores $(CORES)  # snakemake in its own session: it yields the CPU to vLLM (srb/priority.py)
 
 report: setup  # one self-contained HTML file from the finished run's outputs
 	$(BIN)/snakemake --report results/report.html

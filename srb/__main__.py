@@ -135,6 +135,12 @@ def _paper_cost(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:  # every later argument is snakemake's, options included
+        from srb.run import run_workflow
+
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        return run_workflow(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m srb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("anchor", help="SciFact retrieval anchor, graded against expected values")
@@ -166,6 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", default=".")
     p.add_argument("--wait", type=float, default=120.0, help="seconds to wait for it to exit")
     p.set_defaults(func=_stop)
+    sub.add_parser(
+        "run",
+        help="snakemake ARGS in its own session, yielding the CPU to the model server "
+        "(what `make run` calls; every argument after `run` goes to snakemake)",
+        add_help=False,
+    )
     p = sub.add_parser("draw-pairs", help="draw blinded A/B answer pairs for human votes")
     p.add_argument("--answers", required=True, help="results/<corpus>/answers/<synthesizer>")
     p.add_argument("--questions", required=True, help="results/<corpus>/corpus/questions.jsonl")

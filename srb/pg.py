@@ -30,6 +30,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from srb.errors import ConfigError
+from srb.priority import deprioritise
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +194,7 @@ class PrivatePostgres:
                 env={**os.environ, "LC_ALL": "C"},
                 preexec_fn=_server_child,
             )
+        deprioritise(self.proc.pid, what=f"PostgreSQL on {self.cluster}")  # yields to vLLM
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from srb.priority import deprioritise
 from srb.signals import shielded, sigterm_raises
 
 log = logging.getLogger(__name__)
@@ -224,6 +225,7 @@ def acquire_service(
     label: str | None = None,
     port: int | None = None,
     record: Mapping[str, Any] | None = None,
+    computes: bool = False,
 ) -> tuple[str, bool]:
     """(base URL of a healthy service registered under `key`, whether this call started it).
     The caller's invocation takes a lease on it (see `stop_servers`).
@@ -235,7 +237,8 @@ def acquire_service(
     may be a function, called only when a start is needed, before the first `command`, for
     setup that costs or logs. The registry holds pid, start, url, port, host, key, kind
     (default `name`), name, settings, and `record`'s fields. `label` names it in log lines and
-    errors."""
+    errors. A service that `computes` (a model server) keeps its CPU priority; any other gets the
+    helper nice, so it yields the cores to the model server (see `srb.priority`)."""
     state_dir = Path(state_dir)
     key = _safe(key)
     kind = kind or name
@@ -258,6 +261,7 @@ def acquire_service(
                 port,
                 label,
                 {**(record or {}), "kind": kind, "name": name, "settings": dict(settings or {})},
+                computes,
             )
         _add_lease(state_dir, key)
         return url, started
@@ -296,6 +300,7 @@ def _start(
     fixed_port: int | None,
     label: str,
     record: dict[str, Any],
+    computes: bool = False,
 ) -> str:
     registry = state_dir / f"{key}.json"
     log_file = state_dir / f"{key}.server.log"
@@ -319,6 +324,8 @@ def _start(
                     proc = subprocess.Popen(
                         cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
                     )
+                if not computes:
+                    deprioritise(proc.pid, what=label)
                 started = time.monotonic()
                 delay = 0.2
                 while time.monotonic() - started < timeout and proc.poll() is None:

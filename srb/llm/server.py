@@ -119,6 +119,7 @@ def acquire_server(
         start_attempts=int(opts.get("start_attempts", 2)),
         settings=serving_identity(opts),
         kind="vllm",
+        computes=True,  # the one process that keeps its CPU priority (srb/priority.py)
         label=f"vLLM server for model {name!r}",
         port=int(opts.get("port") or 0) or None,
         record={"model": name, "served_name": name},

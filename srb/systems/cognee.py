@@ -225,6 +225,7 @@ class CogneeWorker:
         options: Mapping[str, Any] | None = None,
     ):
         from srb.pg import die_with_parent
+        from srb.priority import deprioritise
 
         self.store = store = Path(store).resolve()
         self._tmp = tempfile.TemporaryDirectory(prefix="srb-cognee-hf-")
@@ -242,6 +243,7 @@ class CogneeWorker:
             cwd=str(store),
             preexec_fn=lambda: die_with_parent(signal.SIGTERM),
         )
+        deprioritise(self.proc.pid, what="cognee's worker")  # yields the CPU to vLLM
         self._lock = threading.Lock()
         try:
             self.setup = self.call("setup")

@@ -132,6 +132,7 @@ class HindsightServer:
 
     def _start(self, venv: Path, endpoint: Endpoint, options: Mapping[str, Any]) -> None:
         from srb.pg import die_with_parent
+        from srb.priority import deprioritise
         from srb.services import free_port
 
         port = free_port()
@@ -145,6 +146,7 @@ class HindsightServer:
                 env=env,
                 preexec_fn=lambda: die_with_parent(signal.SIGTERM),
             )
+        deprioritise(self.proc.pid, what="hindsight-api")  # yields the CPU to vLLM
         self.url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
