@@ -186,15 +186,37 @@ def system_env(wildcards):
 
 
 def ingest_after(wildcards):
-    """Store systems whose ingest must finish first: a system that sends another's requests
-    (Prism sends Theoria's extraction requests) then gets them from the call cache, instead of
-    both sending them to the model at once."""
+    """What must finish before a store system's ingest starts.
+
+    Store systems whose requests it sends (Prism sends Theoria's extraction requests): it then
+    gets them from the call cache, instead of both sending them to the model at once.
+
+    The unit systems' dense indexes (config `memory.ingest_after_indexes`): once the ingest
+    model's server is busy it holds the cores, and the workflow's own jobs yield to it
+    (srb/priority.py), so an encoder job started beside the ingests only runs in its gaps.
+    Measured on 2 cores (stop 32's cold run): Simple RAG's dense index, 137 s of CPU, took
+    22 min beside the ingests and held a job slot all that time, so every 2-thread BM25 index
+    waited behind it and the whole Simple RAG chain started 11 min after the ingest phase.
+    Run first, the indexes cost their CPU time once, at full speed.
+    """
     system = store_registry()[wildcards.system]
-    return [
+    after = [
         f"results/{wildcards.corpus}/units/{s}.ingest.json"
         for s in getattr(system, "reuses_requests_of", ())
         if s in STORE_SYSTEMS
     ]
+    if MEMORY.get("ingest_after_indexes", True) and channel_used("dense"):
+        after += [f"results/{wildcards.corpus}/index/{s}/dense" for s in SYSTEMS]
+    return after
+
+
+def dense_index_priority(wildcards):
+    """Right after the ingest model (30) when the ingests wait on the dense indexes, so they
+    start as early as the indexes allow; the units jobs too, as Snakemake does not pass a
+    job's priority on to the jobs it waits for (stop 33: Simple RAG's units, at priority 0,
+    were built after the synthesizer was prepared, and the ingests started 1.4 min later).
+    """
+    return 25 if STORE_SYSTEMS and MEMORY.get("ingest_after_indexes", True) else 0
 
 
 def ingest_priority(wildcards):
@@ -287,13 +309,19 @@ def budget_verdict_files(corpus):
     return [f.removesuffix(".jsonl") + ".budget.json" for f in retrieval_cells(corpus)]
 
 
-def channel_index(wildcards, channel):
-    """The channel's index when any configured modality searches it (the doctor probes it)."""
-    uses = channel in MODALITIES or (
+def channel_used(channel):
+    """Whether any configured modality of the unit systems searches `channel`."""
+    return channel in MODALITIES or (
         "hybrid" in MODALITIES and channel in HYBRID_CHANNELS
     )
+
+
+def channel_index(wildcards, channel):
+    """The channel's index when any configured modality searches it (the doctor probes it)."""
     return (
-        f"results/{wildcards.corpus}/index/{wildcards.system}/{channel}" if uses else []
+        f"results/{wildcards.corpus}/index/{wildcards.system}/{channel}"
+        if channel_used(channel)
+        else []
     )
 
 

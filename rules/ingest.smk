@@ -11,6 +11,7 @@ rule build_units:
         "results/benchmarks/build_units/{corpus}/{system}.tsv"
     wildcard_constraints:
         system=UNIT_PATTERN,
+    priority: dense_index_priority
     conda:
         "../envs/srb.yaml"
     resources:
@@ -31,7 +32,9 @@ rule bm25_index:
         "results/benchmarks/bm25_index/{corpus}/{system}.tsv"
     conda:
         "../envs/srb.yaml"
-    threads: config["bm25"]["threads"]
+    # a store system's exported items are a few hundred at most: one thread, so the index does
+    # not wait for both cores (stop 32: Mem0's 6 s index waited 11 min behind an encoder job)
+    threads: lambda wc: 1 if wc.system in STORE_SYSTEMS else config["bm25"]["threads"]
     resources:
         mem_mb=8000,
         runtime=120,
@@ -53,6 +56,7 @@ rule dense_index:
         "results/benchmarks/dense_index/{corpus}/{system}.tsv"
     wildcard_constraints:
         system=UNIT_PATTERN,
+    priority: dense_index_priority
     conda:
         "../envs/srb.yaml"
     threads: config["dense"]["threads"]

@@ -368,3 +368,30 @@ def test_inside_a_slurm_job_a_service_is_that_job_s_own(monkeypatch) -> None:
     job_102 = service_key("vllm", {"model": "m"})
     assert len({plain, job_101, job_102}) == 3
     assert all(k.startswith("vllm-") for k in (plain, job_101, job_102))
+
+
+# ---------------------------------------------------------------------- CPU priority
+
+
+def session_nice(pid: int) -> int:
+    """The CPU priority the kernel gives `pid`'s session: its autogroup nice, or on a kernel
+    without autogroups its own nice."""
+    from srb.priority import autogroup_enabled, autogroup_nice
+
+    nice = autogroup_nice(pid) if autogroup_enabled() else None
+    return os.getpriority(os.PRIO_PROCESS, pid) if nice is None else nice
+
+
+def test_a_helper_service_yields_the_cpu_and_a_model_server_keeps_it(
+    tmp_path: Path, launches: Path
+) -> None:
+    """Beside vLLM's worker a helper at the session's priority takes a core from it (2.6x
+    slower model calls, srb/priority.py): a helper's session is lowered, a model server's not."""
+    from srb.priority import HELPER_NICE
+
+    acquire(tmp_path / "helper", launches)
+    acquire(tmp_path / "model", launches, computes=True)
+    helper, model = launched(launches)
+    assert session_nice(helper) == HELPER_NICE
+    assert session_nice(model) == 0  # a new session's priority, left as it was
+    assert stop_servers(tmp_path / "helper") == stop_servers(tmp_path / "model") == 1
