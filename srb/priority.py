@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -30,20 +31,24 @@ AUTOGROUP_SWITCH = Path("/proc/sys/kernel/sched_autogroup_enabled")
 
 
 def autogroup_enabled() -> bool:
-    """Whether the kernel schedules by autogroup (else plain `nice` already does the job)."""
+    """Whether the kernel schedules by autogroup (else plain `nice` already does the job).
+    Both the switch and a readable `/proc/self/autogroup` are required: some sandboxed kernels
+    (a CI runner's) show the switch but an empty autogroup file."""
     try:
-        return AUTOGROUP_SWITCH.read_text().strip() == "1"
+        switched_on = AUTOGROUP_SWITCH.read_text().strip() == "1"
     except OSError:
         return False
+    return switched_on and autogroup_nice() is not None
 
 
 def autogroup_nice(pid: int | str = "self") -> int | None:
-    """The autogroup nice of `pid`'s session, or None where the kernel has no autogroups."""
+    """The autogroup nice of `pid`'s session, or None where the kernel shows no autogroup."""
     try:
         text = Path(f"/proc/{pid}/autogroup").read_text()  # "/autogroup-123 nice 10"
     except OSError:
         return None
-    return int(text.split()[-1])
+    found = re.search(r"\bnice\s+(-?\d+)", text)
+    return int(found.group(1)) if found else None
 
 
 def set_autogroup_nice(nice: int, pid: int | str = "self") -> None:

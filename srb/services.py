@@ -39,6 +39,7 @@ import httpx
 
 from srb.priority import deprioritise
 from srb.signals import shielded, sigterm_raises
+from srb.start_clock import StartClock
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +234,8 @@ def acquire_service(
     A registered live service is reused if `health(url, timeout)` passes within a few patient
     tries; else it is stopped and a new one started: `command(port)` on a free port (or `port`),
     in its own session, output to `{key}.server.log`, up to `start_attempts` times, each given
-    `start_timeout_s` to pass `health`. `env` (extra variables over this process's environment)
+    `start_timeout_s` to pass `health` (wall seconds for a model server that `computes`; for a
+    helper, CPU seconds of its process tree, see `srb.start_clock`). `env` (extra variables over this process's environment)
     may be a function, called only when a start is needed, before the first `command`, for
     setup that costs or logs. The registry holds pid, start, url, port, host, key, kind
     (default `name`), name, settings, and `record`'s fields. `label` names it in log lines and
@@ -327,8 +329,12 @@ def _start(
                 if not computes:
                     deprioritise(proc.pid, what=label)
                 started = time.monotonic()
+                # a helper at the helper nice may get little CPU: its limit is the CPU it used
+                clock = None if computes else StartClock(proc.pid, timeout)
                 delay = 0.2
-                while time.monotonic() - started < timeout and proc.poll() is None:
+                while proc.poll() is None and (
+                    not clock.expired() if clock else time.monotonic() - started < timeout
+                ):
                     # still running after it answered: not some other process on the port
                     if health(url, START_PROBE_TIMEOUT) and proc.poll() is None:
                         _write_json(
@@ -356,17 +362,15 @@ def _start(
             raise
         exit_code = proc.poll()  # before `_terminate` reaps it
         _terminate(proc.pid)
+        if exit_code is not None:
+            reason = f"exit {exit_code}"
+        else:
+            reason = f"timed out after {clock.describe() if clock else f'{timeout:.0f} s'}"
         tail = log_file.read_text(errors="replace")[-2000:] if log_file.exists() else ""
-        log.warning(
-            "%s on port %d did not come up (%s); log tail:\n%s",
-            label,
-            port,
-            f"timed out after {timeout:.0f} s" if exit_code is None else f"exit {exit_code}",
-            tail,
-        )
+        log.warning("%s on port %d did not come up (%s); log tail:\n%s", label, port, reason, tail)
     raise ServerError(
         f"{label} did not start after {attempts} attempt(s) "
-        f"(last port {port}, timeout {timeout:.0f} s); see {log_file}"
+        f"(last port {port}: {reason}); see {log_file}"
     )
 
 

@@ -24,7 +24,7 @@ report = sys.argv[1]
 def note(line):
     with open(report, "a") as fh:
         fh.write(line + "\\n")
-ag = open("/proc/self/autogroup").read().split()[-1] if os.path.exists("/proc/self/autogroup") else "-"
+ag = (open("/proc/self/autogroup").read().split() or ["-"])[-1] if os.path.exists("/proc/self/autogroup") else "-"
 note(f"leader {os.getsid(0) == os.getpid()} nice {os.getpriority(os.PRIO_PROCESS, 0)} ag {ag}")
 grandchild = subprocess.Popen([sys.executable, "-c", (
     "import signal, sys, time\\n"

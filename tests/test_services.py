@@ -28,6 +28,7 @@ from srb.services import (
     service_key,
     stop_servers,
 )
+from srb.start_clock import WALL_FACTOR
 from tests.processes import FAKE_VLLM, wait_gone
 
 # argv: port, service name, launch log; /health answers its name, pid and SRB_TEST_MARK
@@ -220,16 +221,35 @@ def test_a_service_that_never_becomes_healthy_fails_cleanly(
             launches,
             script=script,
             served_as=served_as,
-            start_timeout_s=1.5,
+            start_timeout_s=0.5,
             start_attempts=2,
         )
-    assert time.monotonic() - started < 9
+    # an idle helper that never answers is given up at its wall-clock cap (WALL_FACTOR x 0.5 s)
+    assert time.monotonic() - started < 2 * (WALL_FACTOR * 0.5) + 8
     pids = launched(launches)
     assert len(pids) == 2  # both attempts launched
     assert all(wait_gone(pid, 5) for pid in pids)  # neither is left running
     log_file = next(tmp_path.glob("*.server.log"))
     assert str(log_file) in str(err.value) and "2 attempt(s)" in str(err.value)
     assert not list(tmp_path.glob("*.json"))
+
+
+BUSY = (
+    "import os, sys; open(sys.argv[3], 'a').write(f'{os.getpid()}\\n')\n"
+    "while True: pass"
+)
+
+
+def test_a_helper_that_works_but_never_answers_is_given_up_on_its_cpu_time(
+    tmp_path: Path, launches: Path
+) -> None:
+    """A helper's start limit is the CPU it used: a busy one that never listens fails once it
+    spent the limit, long before the wall-clock cap that an idle or starved one gets."""
+    started = time.monotonic()
+    with pytest.raises(ServerError, match="s of CPU"):
+        acquire(tmp_path, launches, script=BUSY, start_timeout_s=2, start_attempts=1)
+    assert time.monotonic() - started < WALL_FACTOR * 2 - 3
+    assert all(wait_gone(pid, 5) for pid in launched(launches))
 
 
 # ---------------------------------------------------------------------- stale registrations

@@ -51,7 +51,7 @@ EXTENSIONS = ("vector", "pg_trgm", "btree_gist")
 REFERENCE_TIME = "2026-01-01T00:00:00+00:00"  # every retained item's timestamp
 CHARS_PER_TOKEN = 4.0  # English prose under cl100k-style tokenizers (Hindsight's counter)
 RETAIN_MAX_COMPLETION_TOKENS = 4096  # what Hindsight asks for; its default 64000 is refused
-START_TIMEOUT_S = 180.0
+START_CPU_S = 180.0  # CPU seconds its start may use (srb.start_clock says why not wall time)
 REQUEST_TIMEOUT_S = 3600.0  # a paper's retain is one synchronous request (many LLM calls)
 PAGE = 500
 LLM_CONCURRENCY = 8  # memory.hindsight.llm_concurrency's default
@@ -134,6 +134,7 @@ class HindsightServer:
         from srb.pg import die_with_parent
         from srb.priority import deprioritise
         from srb.services import free_port
+        from srb.start_clock import StartClock
 
         port = free_port()
         env = {**os.environ, **server_environment(self.pg.url, endpoint, options)}
@@ -148,8 +149,8 @@ class HindsightServer:
             )
         deprioritise(self.proc.pid, what="hindsight-api")  # yields the CPU to vLLM
         self.url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
+        clock = StartClock(self.proc.pid, START_CPU_S)  # it starts slowly at the helper nice
+        while not clock.expired():
             if self.proc.poll() is not None:
                 raise RuntimeError(
                     f"hindsight-api exited with {self.proc.returncode} while starting; "
@@ -164,7 +165,7 @@ class HindsightServer:
                 pass
             time.sleep(0.5)
         raise RuntimeError(
-            f"hindsight-api did not answer {self.url}/health within {START_TIMEOUT_S:.0f} s; "
+            f"hindsight-api did not answer {self.url}/health after {clock.describe()}; "
             f"its log {self.log_file}:\n{self._log_tail()}"
         )
 
