@@ -234,10 +234,7 @@ def test_a_service_that_never_becomes_healthy_fails_cleanly(
     assert not list(tmp_path.glob("*.json"))
 
 
-BUSY = (
-    "import os, sys; open(sys.argv[3], 'a').write(f'{os.getpid()}\\n')\n"
-    "while True: pass"
-)
+BUSY = "import os, sys; open(sys.argv[3], 'a').write(f'{os.getpid()}\\n')\nwhile True: pass"
 
 
 def test_a_helper_that_works_but_never_answers_is_given_up_on_its_cpu_time(
