@@ -365,7 +365,9 @@ def _start(
         if exit_code is not None:
             reason = f"exit {exit_code}"
         else:
-            reason = f"timed out after {clock.describe() if clock else f'{timeout:.0f} s'}"
+            reason = (
+                f"not ready: {clock.describe()}" if clock else f"timed out after {timeout:.0f} s"
+            )
         tail = log_file.read_text(errors="replace")[-2000:] if log_file.exists() else ""
         log.warning("%s on port %d did not come up (%s); log tail:\n%s", label, port, reason, tail)
     raise ServerError(

@@ -69,10 +69,15 @@ class StartClock:
         return self.cpu_s >= self.cpu_limit_s or self.wall_s >= self.wall_limit_s
 
     def describe(self) -> str:
-        """What the limit measured, for an error message."""
+        """Which limit was reached, for an error message."""
+        if self.cpu_s >= self.cpu_limit_s:
+            return (
+                f"it used its {self.cpu_limit_s:.0f} s CPU limit ({self.cpu_s:.0f} s of CPU in "
+                f"{self.wall_s:.0f} s of wall time)"
+            )
         return (
-            f"{self.wall_s:.0f} s of wall time, {self.cpu_s:.0f} s of CPU "
-            f"(limits: {self.cpu_limit_s:.0f} s of CPU, {self.wall_limit_s:.0f} s of wall time)"
+            f"it reached its {self.wall_limit_s:.0f} s wall-clock limit ({self.cpu_s:.0f} s of CPU "
+            f"of its {self.cpu_limit_s:.0f} s CPU limit)"
         )
 
 

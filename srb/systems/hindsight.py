@@ -165,7 +165,7 @@ class HindsightServer:
                 pass
             time.sleep(0.5)
         raise RuntimeError(
-            f"hindsight-api did not answer {self.url}/health after {clock.describe()}; "
+            f"hindsight-api did not answer {self.url}/health: {clock.describe()}; "
             f"its log {self.log_file}:\n{self._log_tail()}"
         )
 
