@@ -32,8 +32,13 @@ rule end_llm_phase:
         done="results/llm_phases/{model}.done.json",
     log:
         "results/logs/end_llm_phase/{model}.log",
+    # every synthesis and judge job waits on it and it only stops a server: it holds no core
+    # and goes first (stop 35: at priority 0 with a core it waited 3 min behind the stores'
+    # doctors and restores, while the server it was to stop sat idle)
+    priority: 40
     conda:
         "../envs/srb.yaml"
+    threads: 0
     resources:
         mem_mb=500,
         runtime=5,

@@ -399,6 +399,8 @@ def test_model_server_clients_hold_no_core_and_one_model_clients_slot():
     # they compute, so they hold a core and leave the model_clients slots to the clients
     for rule in STORE_SEARCH_RULES:
         assert found[(rule, "")] == {(1, 0)}, rule
+    # the end of the ingest model's phase gates every answer: it must not wait for a core
+    assert found[("end_llm_phase", "")] == {(0, 0)}
 
 
 def test_the_slurm_profile_gives_each_model_server_client_one_cpu():
