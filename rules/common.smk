@@ -79,18 +79,12 @@ RANKED_MODALITIES = [
     *MODALITIES,
     *(c for c in HYBRID_CHANNELS if "hybrid" in MODALITIES and c not in MODALITIES),
 ]
-# Jobs that mostly wait on a model server (store ingest, synthesis, LLM judging)
+# Jobs that mostly wait on a model server (store ingest/doctor/restore, synthesis, LLM judging)
 # hold no core: with `threads: 0` the retrieval jobs run beside them instead of after them (on 2
 # cores four ingests held both job slots for the whole ingest phase). srb/job_threads.py makes
 # the OMP_NUM_THREADS=0 Snakemake then exports valid; the `model_clients` resource (a limit in
 # profiles/default) bounds how many run at once; profiles/slurm gives each one CPU (set-threads).
 MODEL_CLIENT_THREADS = 0
-# A finished store's doctor and restores send no chat request (internal synthesis is answered by
-# the synthesize job): they compute (the library, its helper service, the query encoder), so they
-# hold a core and no model_clients slot. Stop 34: as clients they ran 7 at once on 2 cores (a
-# Cognee restore's start alone took 7 min) and held every slot, so the synthesizer's server
-# started 2 min after the ingest model's phase ended and answered 2-9 requests at a time.
-STORE_SEARCH_THREADS = 1
 # A finished store's doctor, restore and the sequential evaluation start before the synthesis
 # and judging of cells already restored: they are the run's critical path after the ingest
 # phase (measured on 2 cores: Theoria's dense restore waited 14 min behind synthesis jobs).

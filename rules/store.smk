@@ -64,9 +64,9 @@ rule doctor_store:
     priority: MEMORY_CHAIN_PRIORITY
     conda:
         "../envs/srb.yaml"
-    threads: STORE_SEARCH_THREADS
+    threads: MODEL_CLIENT_THREADS
     resources:
-        model_clients=0,
+        model_clients=1,
         mem_mb=4000,
         runtime=30,
     params:
@@ -111,9 +111,9 @@ rule restore_store:
     priority: MEMORY_CHAIN_PRIORITY
     conda:
         "../envs/srb.yaml"
-    threads: STORE_SEARCH_THREADS
+    threads: MODEL_CLIENT_THREADS
     resources:
-        model_clients=0,
+        model_clients=1,
         mem_mb=4000,
         runtime=30,
     params:
@@ -158,9 +158,9 @@ rule restore_store_native:
     priority: MEMORY_CHAIN_PRIORITY
     conda:
         "../envs/srb.yaml"
-    threads: STORE_SEARCH_THREADS
+    threads: MODEL_CLIENT_THREADS
     resources:
-        model_clients=0,
+        model_clients=1,
         mem_mb=4000,
         runtime=30,
     params:

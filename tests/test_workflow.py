@@ -355,13 +355,13 @@ def test_the_ingest_of_one_long_chain_of_calls_starts_first():
 
 CLIENT_RULES = (
     "ingest_store",
+    "doctor_store",
+    "restore_store",
+    "restore_store_native",
     "sequential_theoria_observe",
     "sequential_theoria",
     "synthesize",
 )
-
-
-STORE_SEARCH_RULES = ("doctor_store", "restore_store", "restore_store_native")
 
 
 def _threads_and_clients(args: list[str]) -> dict[tuple[str, str], set[tuple[int, int]]]:
@@ -395,10 +395,6 @@ def test_model_server_clients_hold_no_core_and_one_model_clients_slot():
     assert found[("judge", "smollm2-135m")] == {(0, 1)}
     assert found[("judge", "rubric")] == {(1, 0)}
     assert all(c == 0 for rule in ("rank", "dense_index") for _, c in found[(rule, "")])
-    # a finished store's doctor and restores search it (library, helper service, encoder):
-    # they compute, so they hold a core and leave the model_clients slots to the clients
-    for rule in STORE_SEARCH_RULES:
-        assert found[(rule, "")] == {(1, 0)}, rule
     # the end of the ingest model's phase gates every answer: it must not wait for a core
     assert found[("end_llm_phase", "")] == {(0, 0)}
 
@@ -408,8 +404,6 @@ def test_the_slurm_profile_gives_each_model_server_client_one_cpu():
     for rule in CLIENT_RULES:
         assert found[(rule, "")] == {(1, 1)}, rule
     assert found[("judge", "smollm2-135m")] == {(1, 1)}
-    for rule in STORE_SEARCH_RULES:
-        assert found[(rule, "")] == {(1, 0)}, rule
 
 
 def test_only_a_system_with_its_own_environment_waits_for_rule_system_env():
