@@ -235,9 +235,9 @@ def acquire_service(
     tries; else it is stopped and a new one started: `command(port)` on a free port (or `port`),
     in its own session, output to `{key}.server.log`, up to `start_attempts` times, each given
     `start_timeout_s` to pass `health` (wall seconds for a model server that `computes`; for a
-    helper, CPU seconds of its process tree, see `srb.start_clock`). `env` (extra variables over this process's environment)
-    may be a function, called only when a start is needed, before the first `command`, for
-    setup that costs or logs. The registry holds pid, start, url, port, host, key, kind
+    helper, CPU seconds of its process tree, see `srb.start_clock`). `env` (extra variables over
+    this process's environment) may be a function, called only when a start is needed, before
+    the first `command`, for setup that costs or logs. The registry holds pid, start, url, port, host, key, kind
     (default `name`), name, settings, and `record`'s fields. `label` names it in log lines and
     errors. A service that `computes` (a model server) keeps its CPU priority; any other gets the
     helper nice, so it yields the cores to the model server (see `srb.priority`)."""

@@ -30,7 +30,7 @@ def _stat_fields(pid: int) -> list[str] | None:
 def process_tree_cpu_s(pid: int) -> float:
     """CPU seconds (user + system, with reaped children's) used by `pid` and its live
     descendants; 0 where /proc cannot be read."""
-    parents: dict[int, int] = {}
+    children: dict[int, list[int]] = {}
     ticks: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -38,14 +38,13 @@ def process_tree_cpu_s(pid: int) -> float:
         fields = _stat_fields(int(entry.name))
         if fields is None:
             continue
-        parents[int(entry.name)] = int(fields[1])  # field 4: ppid
+        children.setdefault(int(fields[1]), []).append(int(entry.name))  # field 4: ppid
         ticks[int(entry.name)] = sum(int(f) for f in fields[11:15])  # 14-17: utime..cstime
     tree, frontier = {pid}, [pid]
     while frontier:
-        parent = frontier.pop()
-        children = [child for child, ppid in parents.items() if ppid == parent]
-        tree.update(children)
-        frontier.extend(children)
+        found = children.get(frontier.pop(), [])
+        tree.update(found)
+        frontier.extend(found)
     return sum(ticks.get(p, 0) for p in tree) / TICKS_PER_S
 
 
