@@ -1,8 +1,8 @@
 """How long a starting helper service may take, counted in the CPU time it got.
 
 Why: helpers run at the helper priority (`srb.priority`), so beside a busy model server and
-other jobs a helper that starts in 30 s alone was seen to need over 3 minutes of wall time
-(Hindsight's API in CI, still importing and migrating, not stuck). A wall-clock limit either
+other jobs a start can stretch: in CI, Hindsight's API came up in 31 s early in a job and,
+started again later beside more work, was still importing and migrating (not stuck) after 3 min. A wall-clock limit either
 fails such a start or waits far too long for a truly stuck one. The clock below expires when
 the process tree has used `cpu_limit_s` of CPU without becoming ready (it is working but not
 getting there), or when `wall_limit_s` passed (it is stuck, or starved beyond reason).
