@@ -84,6 +84,10 @@ RANKED_MODALITIES = [
 # cores four ingests held both job slots for the whole ingest phase). srb/job_threads.py makes
 # the OMP_NUM_THREADS=0 Snakemake then exports valid; the `model_clients` resource (a limit in
 # profiles/default) bounds how many run at once; profiles/slurm gives each one CPU (set-threads).
+# A store's doctor and restores search the store (and embed through the cache), they send no
+# prompt to a model server: they hold a `store_searches` slot instead, so they never keep the
+# synthesis jobs that feed the server from starting (on 2 cores, with doctors and restores in 5
+# of 6 model-client slots, the synthesizer saw one synthesis job at a time).
 MODEL_CLIENT_THREADS = 0
 # A finished store's doctor, restore and the sequential evaluation start before the synthesis
 # and judging of cells already restored: they are the run's critical path after the ingest

@@ -66,7 +66,7 @@ rule doctor_store:
         "../envs/srb.yaml"
     threads: MODEL_CLIENT_THREADS
     resources:
-        model_clients=1,
+        store_searches=1,
         mem_mb=4000,
         runtime=30,
     params:
@@ -113,7 +113,7 @@ rule restore_store:
         "../envs/srb.yaml"
     threads: MODEL_CLIENT_THREADS
     resources:
-        model_clients=1,
+        store_searches=1,
         mem_mb=4000,
         runtime=30,
     params:
@@ -161,6 +161,7 @@ rule restore_store_native:
     threads: MODEL_CLIENT_THREADS
     resources:
         model_clients=1,
+        store_searches=1,
         mem_mb=4000,
         runtime=30,
     params:

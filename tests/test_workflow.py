@@ -355,17 +355,19 @@ def test_the_ingest_of_one_long_chain_of_calls_starts_first():
 
 CLIENT_RULES = (
     "ingest_store",
-    "doctor_store",
-    "restore_store",
     "restore_store_native",
     "sequential_theoria_observe",
     "sequential_theoria",
     "synthesize",
 )
+# a store's doctor and restores search it and send no prompt to a model server
+STORE_SEARCH_RULES = ("doctor_store", "restore_store")
 
 
-def _threads_and_clients(args: list[str]) -> dict[tuple[str, str], set[tuple[int, int]]]:
-    """(rule, judge or '') -> the (threads, model_clients) its jobs declare in a dry run."""
+def _threads_and_clients(
+    args: list[str], resource: str = "model_clients"
+) -> dict[tuple[str, str], set[tuple[int, int]]]:
+    """(rule, judge or '') -> the (threads, `resource`) its jobs declare in a dry run."""
     proc = subprocess.run(
         [*SNAKEMAKE, "-n", "--forceall", *args],
         cwd=REPO,
@@ -377,7 +379,7 @@ def _threads_and_clients(args: list[str]) -> dict[tuple[str, str], set[tuple[int
     found: dict[tuple[str, str], set[tuple[int, int]]] = {}
     for block, rule in re.findall(r"((?:local)?rule (\w+):\n(?:    .*\n)+)", proc.stdout):
         threads = re.search(r"^    threads: (\d+)", block, re.M)
-        clients = re.search(r"model_clients=(\d+)", block)
+        clients = re.search(rf"\b{resource}=(\d+)", block)
         judge = re.search(r"judge=([\w.-]+)", block)
         key = (rule, judge.group(1) if judge else "")
         found.setdefault(key, set()).add(
@@ -397,12 +399,26 @@ def test_model_server_clients_hold_no_core_and_one_model_clients_slot():
     assert all(c == 0 for rule in ("rank", "dense_index") for _, c in found[(rule, "")])
     # the end of the ingest model's phase gates every answer: it must not wait for a core
     assert found[("end_llm_phase", "")] == {(0, 0)}
+    for rule in STORE_SEARCH_RULES:
+        assert found[(rule, "")] == {(0, 0)}, rule
+
+
+def test_store_searches_hold_a_store_searches_slot_and_leave_the_model_clients_slots():
+    """On 2 cores a store's doctor and restores held 5 of the 6 model-client slots, so the
+    synthesizer's server saw one synthesis job at a time; they have a limit of their own."""
+    found = _threads_and_clients([], resource="store_searches")
+    for rule in (*STORE_SEARCH_RULES, "restore_store_native"):
+        assert found[(rule, "")] == {(0, 1)}, rule
+    assert found[("synthesize", "")] == {(0, 0)}
+    assert "store_searches" in (REPO / "profiles/default/config.yaml").read_text()
 
 
 def test_the_slurm_profile_gives_each_model_server_client_one_cpu():
     found = _threads_and_clients(["--profile", str(REPO / "profiles/slurm")])
     for rule in CLIENT_RULES:
         assert found[(rule, "")] == {(1, 1)}, rule
+    for rule in STORE_SEARCH_RULES:
+        assert found[(rule, "")] == {(1, 0)}, rule
     assert found[("judge", "smollm2-135m")] == {(1, 1)}
 
 

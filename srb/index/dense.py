@@ -43,6 +43,41 @@ def resolve_encoder(spec: str) -> str:
     return spec
 
 
+POOLING_MODES = (
+    "pooling_mode_cls_token",
+    "pooling_mode_mean_tokens",
+    "pooling_mode_max_tokens",
+    "pooling_mode_mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens",
+    "pooling_mode_lasttoken",
+)
+
+
+def declared_dimension(model_dir: str | Path) -> int | None:
+    """The output dimension a sentence-transformers directory declares (its `modules.json`:
+    pooling, then any dense layers; normalising keeps it), or None where a module's effect on it
+    is not known here (the caller then loads the model)."""
+    root = Path(model_dir)
+    try:
+        modules = json.loads((root / "modules.json").read_text())
+        dim = None
+        for module in modules:
+            kind = module["type"].rsplit(".", 1)[-1]
+            if kind in ("Transformer", "Normalize"):
+                continue
+            config = json.loads((root / module["path"] / "config.json").read_text())
+            if kind == "Pooling":
+                modes = sum(1 for mode in POOLING_MODES if config.get(mode))
+                dim = int(config["word_embedding_dimension"]) * max(1, modes)
+            elif kind == "Dense":
+                dim = int(config["out_features"])
+            else:
+                return None
+        return dim
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 class Encoder:
     """A sentence-transformers encoder, loaded only when a text is not in the embedding cache."""
 
@@ -96,6 +131,13 @@ class Encoder:
 
     @property
     def dim(self) -> int:
+        """The vectors' dimension, from the model directory's module configs where they state it:
+        a job whose texts are all in the embedding cache then never loads torch (loading the
+        encoder cost each store doctor and restore ~18 s of CPU on 2 busy cores)."""
+        if self._model is None:
+            declared = declared_dimension(self.path)
+            if declared is not None:
+                return declared
         return int(self.model.get_embedding_dimension())
 
     def _encode_now(self, texts: Sequence[str], batch_size: int, progress: bool) -> np.ndarray:
