@@ -348,3 +348,31 @@ def test_a_jobs_lease_names_its_invocation(tmp_path: Path) -> None:
     finally:
         main.kill()
         main.wait()
+
+
+def session_nice(pid: int) -> int:
+    """`pid`'s session's CPU priority: its autogroup nice, else (no autogroups) its own nice."""
+    from srb.priority import autogroup_enabled, autogroup_nice
+
+    nice = autogroup_nice(pid) if autogroup_enabled() else None
+    return os.getpriority(os.PRIO_PROCESS, pid) if nice is None else nice
+
+
+def test_a_shared_priority_server_yields_like_a_helper_and_a_default_one_keeps_priority(
+    tmp_path: Path, fake_vllm: Path
+) -> None:
+    """`cpu_priority: shared` (the synthesizer's server in config.yaml) runs at the helper nice,
+    so the short jobs feeding it are not starved; the default keeps the new session's 0."""
+    from srb.priority import HELPER_NICE
+
+    try:
+        acquire_server("tiny", str(tmp_path), {"cpu_priority": "shared"}, tmp_path / "shared")
+        acquire_server("tiny", str(tmp_path), {}, tmp_path / "first")
+        shared, first = launched(fake_vllm)
+        assert session_nice(shared) == HELPER_NICE
+        assert session_nice(first) == 0
+    finally:
+        stop_servers(tmp_path / "shared")
+        stop_servers(tmp_path / "first")
+    with pytest.raises(ValueError, match="first or shared"):
+        acquire_server("tiny", str(tmp_path), {"cpu_priority": "last"}, tmp_path / "bad")

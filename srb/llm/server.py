@@ -92,6 +92,17 @@ def server_key(name: str, model_dir: str, opts: dict[str, Any]) -> str:
     return f"{_safe(name)}-{digest[:12]}"
 
 
+def computes_first(opts: dict[str, Any]) -> bool:
+    """Whether the server keeps its CPU priority (`cpu_priority: first`, the default): every job
+    yields to it (srb/priority.py). `shared` runs it at the helper nice like the jobs: on 2 cores
+    the synthesizer's server, serving a few answers at a time, starved the store restores its
+    next answers waited on (Mem0's restore: 5.7 s of CPU in 232 s)."""
+    priority = opts.get("cpu_priority", "first")
+    if priority not in ("first", "shared"):
+        raise ValueError(f"vllm.cpu_priority must be first or shared, not {priority!r}")
+    return priority == "first"
+
+
 def acquire_server(
     name: str, model_dir: str, opts: dict[str, Any], state_dir: str | Path
 ) -> tuple[str, bool]:
@@ -119,7 +130,7 @@ def acquire_server(
         start_attempts=int(opts.get("start_attempts", 2)),
         settings=serving_identity(opts),
         kind="vllm",
-        computes=True,  # the one process that keeps its CPU priority (srb/priority.py)
+        computes=computes_first(opts),
         label=f"vLLM server for model {name!r}",
         port=int(opts.get("port") or 0) or None,
         record={"model": name, "served_name": name},
