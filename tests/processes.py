@@ -3,6 +3,7 @@ and checks that a process is really gone."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -41,3 +42,12 @@ def wait_gone(pid: int, within: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return gone(pid)
+
+
+def session_nice(pid: int) -> int:
+    """The CPU priority the kernel gives `pid`'s session: its autogroup nice, or on a kernel
+    without autogroups its own nice."""
+    from srb.priority import autogroup_enabled, autogroup_nice
+
+    nice = autogroup_nice(pid) if autogroup_enabled() else None
+    return os.getpriority(os.PRIO_PROCESS, pid) if nice is None else nice

@@ -21,7 +21,7 @@ import pytest
 
 from srb.llm import server as srv
 from srb.llm.server import ServerError, acquire_server, healthy, stop_servers
-from tests.processes import FAKE_VLLM, gone, wait_gone
+from tests.processes import FAKE_VLLM, gone, session_nice, wait_gone
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_ID, RUN_PID = "SRB_RUN_ID", "SRB_RUN_PID"  # what rules/common.smk puts in the environment
@@ -348,14 +348,6 @@ def test_a_jobs_lease_names_its_invocation(tmp_path: Path) -> None:
     finally:
         main.kill()
         main.wait()
-
-
-def session_nice(pid: int) -> int:
-    """`pid`'s session's CPU priority: its autogroup nice, else (no autogroups) its own nice."""
-    from srb.priority import autogroup_enabled, autogroup_nice
-
-    nice = autogroup_nice(pid) if autogroup_enabled() else None
-    return os.getpriority(os.PRIO_PROCESS, pid) if nice is None else nice
 
 
 def test_a_shared_priority_server_yields_like_a_helper_and_a_default_one_keeps_priority(

@@ -29,7 +29,7 @@ from srb.services import (
     stop_servers,
 )
 from srb.start_clock import WALL_FACTOR
-from tests.processes import FAKE_VLLM, wait_gone
+from tests.processes import FAKE_VLLM, session_nice, wait_gone
 
 # argv: port, service name, launch log; /health answers its name, pid and SRB_TEST_MARK
 SERVICE = """
@@ -388,15 +388,6 @@ def test_inside_a_slurm_job_a_service_is_that_job_s_own(monkeypatch) -> None:
 
 
 # ---------------------------------------------------------------------- CPU priority
-
-
-def session_nice(pid: int) -> int:
-    """The CPU priority the kernel gives `pid`'s session: its autogroup nice, or on a kernel
-    without autogroups its own nice."""
-    from srb.priority import autogroup_enabled, autogroup_nice
-
-    nice = autogroup_nice(pid) if autogroup_enabled() else None
-    return os.getpriority(os.PRIO_PROCESS, pid) if nice is None else nice
 
 
 def test_a_helper_service_yields_the_cpu_and_a_model_server_keeps_it(
