@@ -226,7 +226,7 @@ def acquire_service(
     label: str | None = None,
     port: int | None = None,
     record: Mapping[str, Any] | None = None,
-    computes: bool = False,
+    keeps_priority: bool = False,
 ) -> tuple[str, bool]:
     """(base URL of a healthy service registered under `key`, whether this call started it).
     The caller's invocation takes a lease on it (see `stop_servers`).
@@ -234,13 +234,14 @@ def acquire_service(
     A registered live service is reused if `health(url, timeout)` passes within a few patient
     tries; else it is stopped and a new one started: `command(port)` on a free port (or `port`),
     in its own session, output to `{key}.server.log`, up to `start_attempts` times, each given
-    `start_timeout_s` to pass `health` (wall seconds for a model server that `computes`; for a
-    helper, CPU seconds of its process tree, see `srb.start_clock`). `env` (extra variables over
+    `start_timeout_s` to pass `health` (wall seconds for a service that `keeps_priority`; for any
+    other, CPU seconds of its process tree, see `srb.start_clock`). `env` (extra variables over
     this process's environment) may be a function, called only when a start is needed, before
-    the first `command`, for setup that costs or logs. The registry holds pid, start, url, port, host, key, kind
-    (default `name`), name, settings, and `record`'s fields. `label` names it in log lines and
-    errors. A service that `computes` (a model server) keeps its CPU priority; any other gets the
-    helper nice, so it yields the cores to the model server (see `srb.priority`)."""
+    the first `command`, for setup that costs or logs. The registry holds pid, start, url, port,
+    host, key, kind (default `name`), name, settings, and `record`'s fields. `label` names it in
+    log lines and errors. A service that `keeps_priority` (a model server with `cpu_priority:
+    first`) keeps its session's nice 0; any other gets the helper nice, so it yields the cores to
+    such a server (see `srb.priority`)."""
     state_dir = Path(state_dir)
     key = _safe(key)
     kind = kind or name
@@ -263,7 +264,7 @@ def acquire_service(
                 port,
                 label,
                 {**(record or {}), "kind": kind, "name": name, "settings": dict(settings or {})},
-                computes,
+                keeps_priority,
             )
         _add_lease(state_dir, key)
         return url, started
@@ -302,7 +303,7 @@ def _start(
     fixed_port: int | None,
     label: str,
     record: dict[str, Any],
-    computes: bool = False,
+    keeps_priority: bool = False,
 ) -> str:
     registry = state_dir / f"{key}.json"
     log_file = state_dir / f"{key}.server.log"
@@ -326,11 +327,11 @@ def _start(
                     proc = subprocess.Popen(
                         cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
                     )
-                if not computes:
+                if not keeps_priority:
                     deprioritise(proc.pid, what=label)
                 started = time.monotonic()
                 # a helper at the helper nice may get little CPU: its limit is the CPU it used
-                clock = None if computes else StartClock(proc.pid, timeout)
+                clock = None if keeps_priority else StartClock(proc.pid, timeout)
                 delay = 0.2
                 while proc.poll() is None and (
                     not clock.expired() if clock else time.monotonic() - started < timeout

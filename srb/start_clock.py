@@ -2,10 +2,11 @@
 
 Why: helpers run at the helper priority (`srb.priority`), so beside a busy model server and
 other jobs a start can stretch: in CI, Hindsight's API came up in 31 s early in a job and,
-started again later beside more work, was still importing and migrating (not stuck) after 3 min. A wall-clock limit either
-fails such a start or waits far too long for a truly stuck one. The clock below expires when
-the process tree has used `cpu_limit_s` of CPU without becoming ready (it is working but not
-getting there), or when `wall_limit_s` passed (it is stuck, or starved beyond reason).
+started again later beside more work, was still importing and migrating (not stuck) after 3
+min. A wall-clock limit either fails such a start or waits far too long for a truly stuck one.
+The clock below expires when the process tree has used `cpu_limit_s` of CPU without becoming
+ready (it is working but not getting there), or when `wall_limit_s` passed (it is stuck, or
+starved beyond reason).
 """
 
 from __future__ import annotations

@@ -398,7 +398,7 @@ def test_a_helper_service_yields_the_cpu_and_a_model_server_keeps_it(
     from srb.priority import HELPER_NICE
 
     acquire(tmp_path / "helper", launches)
-    acquire(tmp_path / "model", launches, computes=True)
+    acquire(tmp_path / "model", launches, keeps_priority=True)
     helper, model = launched(launches)
     assert session_nice(helper) == HELPER_NICE
     assert session_nice(model) == 0  # a new session's priority, left as it was

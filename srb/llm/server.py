@@ -92,7 +92,7 @@ def server_key(name: str, model_dir: str, opts: dict[str, Any]) -> str:
     return f"{_safe(name)}-{digest[:12]}"
 
 
-def computes_first(opts: dict[str, Any]) -> bool:
+def keeps_priority(opts: dict[str, Any]) -> bool:
     """Whether the server keeps its CPU priority (`cpu_priority: first`, the default): every job
     yields to it (srb/priority.py). `shared` runs it at the helper nice like the jobs: on 2 cores
     the synthesizer's server, serving a few answers at a time, starved the store restores its
@@ -130,7 +130,7 @@ def acquire_server(
         start_attempts=int(opts.get("start_attempts", 2)),
         settings=serving_identity(opts),
         kind="vllm",
-        computes=computes_first(opts),
+        keeps_priority=keeps_priority(opts),
         label=f"vLLM server for model {name!r}",
         port=int(opts.get("port") or 0) or None,
         record={"model": name, "served_name": name},
