@@ -85,18 +85,33 @@ def memory_endpoint(
     max_whitespace_run: int | None = None,
 ) -> Iterator[tuple[Endpoint, Any]]:
     """The caching endpoint for `model` (chat) and the configured encoder (embeddings); the
-    answer-shaping settings are a store system's `endpoint_settings()`."""
+    answer-shaping settings are a store system's `endpoint_settings()`. With
+    `dense["encoder_service"]` the encoder's misses are computed by the shared encoder service
+    (srb.index.encoder_service), at the model server's CPU priority."""
     from srb.index.dense import Encoder
+    from srb.index.encoder_service import EncoderService
     from srb.llm.proxy import Embedder, serve_endpoint
     from srb.llm.session import open_client
 
     client, _ = open_client(dict(llm), model)
-    encoder = Encoder(dense["encoder"], threads=1, cache_path=dense.get("cache"))
+    service = (
+        EncoderService(dense["encoder"], llm["servers_dir"])
+        if dense.get("encoder_service") and llm.get("servers_dir")
+        else None
+    )
+    encoder = Encoder(dense["encoder"], threads=1, cache_path=dense.get("cache"), service=service)
     embedder = Embedder(encoder, dense["encoder"])
     with serve_endpoint(
         client, embedder, max_completion_tokens, bound_schemas, max_whitespace_run
     ) as server:
         yield Endpoint(server.base_url, model, dense["encoder"], encoder.dim), server
+
+
+def endpoint_dense(dense: Mapping[str, Any], config: Mapping[str, Any]) -> dict[str, Any]:
+    """A store job's `dense` params plus `dense.encoder_service` from the config: it decides
+    only where vectors are computed, not what they are, so it is no rule param (changing it
+    reruns nothing)."""
+    return {**dense, "encoder_service": bool(config["dense"].get("encoder_service", False))}
 
 
 def bm25_channel(

@@ -88,6 +88,7 @@ class Encoder:
         threads: int = 1,
         cache_path: str | Path | None = None,
         per_text: bool | None = None,
+        service: Any = None,
     ):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.spec = spec
@@ -96,6 +97,9 @@ class Encoder:
         self.threads = threads
         #: each text alone (batch-independent vectors); None = on a CPU, batched on a GPU
         self.per_text = per_text
+        #: an srb.index.encoder_service.EncoderService computing this encoder's misses in its
+        #: own process (same Encoder, same vectors): the model is then never loaded here
+        self.service = service
         self._model: Any = None
         self.cache = None
         if cache_path is not None:
@@ -141,6 +145,10 @@ class Encoder:
         return int(self.model.get_embedding_dimension())
 
     def _encode_now(self, texts: Sequence[str], batch_size: int, progress: bool) -> np.ndarray:
+        if self.service is not None:
+            vectors = self.service.encode(texts) if texts else np.zeros((0, self.dim), np.float32)
+            self.encoded += len(texts)
+            return np.ascontiguousarray(vectors, dtype=np.float32)
         model = self.model
         if self.per_text:
             vectors = self._encode_each(model, texts, progress)

@@ -4,10 +4,11 @@ from pathlib import Path
 
 from srb.data.canonical import load_canonical
 from srb.joblog import job_logging
-from srb.store import ingest_store, memory_endpoint, memory_slice
+from srb.store import endpoint_dense, ingest_store, memory_endpoint, memory_slice
 from srb.systems import get_store_system
 
 wc, p, out = snakemake.wildcards, snakemake.params, snakemake.output
+dense = endpoint_dense(p.dense, snakemake.config)
 with job_logging(snakemake.log[0], f"ingest_store[{wc.corpus}/{wc.system}]"):
     corpus = load_canonical(Path(snakemake.input.papers).parent)
     papers, questions = memory_slice(corpus, p.memory["papers"])
@@ -15,7 +16,7 @@ with job_logging(snakemake.log[0], f"ingest_store[{wc.corpus}/{wc.system}]"):
         get_store_system(wc.system).configure(p.memory).use_environment(snakemake.input.get("env"))
     )
     settings = system.endpoint_settings()
-    with memory_endpoint(p.llm, p.memory["llm"], p.dense, **settings) as (endpoint, server):
+    with memory_endpoint(p.llm, p.memory["llm"], dense, **settings) as (endpoint, server):
         ingest_store(
             system,
             papers,

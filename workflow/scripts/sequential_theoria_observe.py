@@ -8,18 +8,19 @@ from srb.atomic import write_json
 from srb.data.canonical import load_canonical
 from srb.joblog import job_logging
 from srb.services import stop_service
-from srb.store import memory_slice
+from srb.store import endpoint_dense, memory_slice
 from srb.systems import get_store_system
 from srb.theoria.db import TheoriaDB
 from srb.theoria.sequential import observe_sequentially
 
 wc, p, inp, out = snakemake.wildcards, snakemake.params, snakemake.input, snakemake.output
+dense = endpoint_dense(p.dense, snakemake.config)
 with job_logging(snakemake.log[0], f"sequential_theoria_observe[{wc.corpus}]"):
     papers, questions = memory_slice(load_canonical(Path(inp.questions).parent), p.memory["papers"])
     seq = p.memory.get("sequential") or {}
     system = get_store_system("theoria").configure(p.memory)
     system.check_installed()
-    system.services = {"llm": dict(p.llm), "dense": dict(p.dense)}
+    system.services = {"llm": dict(p.llm), "dense": dense}
     store = Path(out.store)
     shutil.rmtree(store, ignore_errors=True)
     TheoriaDB(store).close()  # a fresh, empty store: everything arrives through /observe
