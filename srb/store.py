@@ -244,14 +244,11 @@ def ingest_store(
                 ThreadPoolExecutor(workers) as pool,
             ):
                 outcomes = list(pool.map(one, papers))
+            live = system.live_items(staging, endpoint)
         finally:
             system.finish(staging, endpoint)
         system_report = system.ingest_report(staging)
-        handle = system.open(staging, endpoint)
-        try:
-            items = handle.items()
-        finally:
-            handle.close()
+        items = live if live is not None else _exported_items(system, staging, endpoint)
         # a paper "has items" when something was extracted from it: an episode (Graphiti's
         # copy of the raw paper) is stored whatever the extraction did, so it does not count
         per_paper: dict[str, int] = {}
@@ -295,6 +292,15 @@ def ingest_store(
         record["model_calls"],
     )
     return record
+
+
+def _exported_items(system: StoreSystem, store: Path, endpoint: Endpoint) -> list[Item]:
+    """Everything in the finished store, through the system's own `open`."""
+    handle = system.open(store, endpoint)
+    try:
+        return handle.items()
+    finally:
+        handle.close()
 
 
 def _count_kinds(items: Sequence[Item]) -> dict[str, int]:

@@ -181,6 +181,48 @@ def restored(tmp_path: Path, system: SentenceStore, modality: str, budgets, tole
     return result, outs, verdicts
 
 
+def test_a_store_listed_live_before_finish_is_exported_without_opening_it_again(tmp_path) -> None:
+    calls: list[str] = []
+
+    class ListedLive(SentenceStore):
+        def live_items(self, store_dir, endpoint):
+            calls.append("live")
+            return SentenceHandle(store_dir, False).items()
+
+        def finish(self, store_dir, endpoint):
+            calls.append("finish")
+
+        def open(self, store_dir, endpoint):
+            raise AssertionError("a store listed live must not be opened by the ingest")
+
+    record = ingest(tmp_path, ListedLive())
+    assert calls == ["live", "finish"]  # listed while the ingest's store was still open
+    assert record["items_stored"] == 7
+    assert sorted(read_units(tmp_path / "items.jsonl")) == sorted(
+        [f"p1-{i}" for i in range(3)] + [f"p2-{i}" for i in range(4)]
+    )
+    assert (tmp_path / "store" / "p1.jsonl").is_file()
+
+
+def test_a_failed_ingest_is_not_listed_and_still_finished(tmp_path) -> None:
+    calls: list[str] = []
+
+    class Crashing(SentenceStore):
+        def ingest_paper(self, paper, store_dir, endpoint):
+            raise KeyboardInterrupt  # not a paper's failure: the whole ingest stops
+
+        def live_items(self, store_dir, endpoint):
+            calls.append("live")
+            return []
+
+        def finish(self, store_dir, endpoint):
+            calls.append("finish")
+
+    with pytest.raises(KeyboardInterrupt):
+        ingest(tmp_path, Crashing())
+    assert calls == ["finish"] and not (tmp_path / "store").exists()
+
+
 def test_cells_requery_the_store_with_the_calibrated_knob(tmp_path) -> None:
     result, outs, verdicts = restored(tmp_path, SentenceStore(), "dense", ["native", "60"])
     native = [r for _, r in iter_jsonl(outs[0])]

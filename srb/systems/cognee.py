@@ -383,6 +383,11 @@ class CogneeSystem(StoreSystem):
     def forget_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> None:
         self._worker(store_dir).call("forget", paper_id=paper.id)
 
+    def live_items(self, store_dir: Path, endpoint: Endpoint) -> list[Item]:
+        """The graph's items from the ingest's own worker: `open` starts another worker on a
+        copy of the store."""
+        return export_items(self._worker(store_dir).call("graph"))
+
     def finish(self, store_dir: Path, endpoint: Endpoint) -> None:
         with self._lock:
             worker = self._workers.pop(store_dir, None)

@@ -392,6 +392,12 @@ class HindsightSystem(StoreSystem):
         if resp.status_code != 404:
             server.check(resp, f"delete document {paper.id}")
 
+    def live_items(self, store_dir: Path, endpoint: Endpoint) -> list[Item]:
+        """The retained memories, listed by the ingest's own server before it stops: `open`
+        would start PostgreSQL and the API again (~4 min of wall beside a busy model server
+        on 2 cores)."""
+        return HindsightHandle(self._server(store_dir)).items()
+
     def finish(self, store_dir: Path, endpoint: Endpoint) -> None:
         with self._lock:
             server = self._servers.pop(store_dir, None)

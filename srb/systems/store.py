@@ -241,6 +241,13 @@ class StoreSystem(ABC):
     def finish(self, store_dir: Path, endpoint: Endpoint) -> None:  # noqa: B027
         """Flush and close whatever ingest left open, before the store is moved into place."""
 
+    def live_items(self, store_dir: Path, endpoint: Endpoint) -> list[Item] | None:
+        """Everything stored, read from the ingest's still-open store just before `finish`;
+        None = export through `open` after `finish`. For a system whose `open` starts
+        services again (Hindsight: PostgreSQL and its API; Cognee: a worker on a copy of the
+        store), which on 2 busy cores took minutes for a list the ingest could give at once."""
+        return None
+
     def ingest_report(self, store_dir: Path) -> dict[str, Any]:
         """What the system itself counted during ingest (failed passes, layer sizes), for the
         ingest log; `store_dir` is the finished staging store."""
