@@ -122,6 +122,12 @@ def test_mem0_ingest_goes_through_vllm_and_is_accounted(ingested) -> None:
     reused = "reusing vLLM server for model 'qwen2.5-coder-0.5b'"
     assert started in cold["_log"] or reused in cold["_log"]
     assert any(started in c["_log"] for c in cold_all.values())
+    # the embeddings came from the one shared encoder service (dense.encoder_service), and no
+    # ingest job loaded the encoder itself
+    logs = [c["_log"] for c in cold_all.values()]
+    assert sum("encoder service 'minilm' ready" in log for log in logs) <= 1
+    assert sum("encoder service 'minilm'" in log for log in logs) >= 2
+    assert not any("encoder minilm on cpu" in c["_log"] for c in cold_all.values())
 
 
 def test_graphiti_ingest_goes_through_vllm_and_is_accounted(ingested) -> None:
