@@ -4,6 +4,8 @@ CPU priority, and fails loudly; the job using it never loads the model."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import httpx
@@ -73,11 +75,23 @@ def test_bad_requests_are_refused_by_name(service: EncoderService) -> None:
     assert httpx.post(f"{url}/embed", json={"texts": []}).status_code == 404
 
 
-def test_a_failing_service_raises_with_its_log_named(tmp_path: Path, monkeypatch) -> None:
+def test_a_service_gone_since_is_acquired_again_once_then_the_error_raised(
+    tmp_path: Path, monkeypatch
+) -> None:
     svc = EncoderService("minilm", tmp_path / "servers")
-    monkeypatch.setattr(svc, "url", lambda: "http://127.0.0.1:9")  # nothing listens there
-    with pytest.raises(httpx.HTTPError):
+    acquired: list[str] = []
+
+    def url() -> str:
+        acquired.append("x")
+        return "http://127.0.0.1:9"  # nothing listens there
+
+    monkeypatch.setattr(svc, "url", url)
+    with pytest.raises(httpx.TransportError):
         svc.encode(["x"])
+    assert len(acquired) == 2  # the first try, then once more after acquiring again
+
+
+def test_a_failing_encoding_raises_with_the_services_log_named(tmp_path: Path, monkeypatch) -> None:
     svc2 = EncoderService("minilm", tmp_path / "servers")
 
     class Refused:
@@ -88,3 +102,15 @@ def test_a_failing_service_raises_with_its_log_named(tmp_path: Path, monkeypatch
     monkeypatch.setattr(httpx, "post", lambda *a, **k: Refused())
     with pytest.raises(RuntimeError, match=r"answered 500: .*out of memory.*server\.log"):
         svc2.encode(["x"])
+
+
+def test_a_killed_service_is_started_again_and_gives_the_same_vectors(
+    service: EncoderService, tmp_path: Path
+) -> None:
+    first = service.encode(TEXTS)
+    registry = next((tmp_path / "servers").glob("encoder-*.json"))
+    pid = json.loads(registry.read_text())["pid"]
+    os.killpg(pid, signal.SIGKILL)  # its own session: the service's whole group
+    again = service.encode(TEXTS)
+    assert np.array_equal(again, first)
+    assert json.loads(registry.read_text())["pid"] != pid

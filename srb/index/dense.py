@@ -19,9 +19,12 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from srb.index.encoder_service import EncoderService
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +91,7 @@ class Encoder:
         threads: int = 1,
         cache_path: str | Path | None = None,
         per_text: bool | None = None,
-        service: Any = None,
+        service: EncoderService | None = None,
     ):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.spec = spec

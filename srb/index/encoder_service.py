@@ -123,6 +123,13 @@ class EncoderService:
         self._url: str | None = None
         self._lock = threading.Lock()
 
+    def _post(self, texts: Sequence[str]) -> Any:
+        import httpx
+
+        return httpx.post(
+            f"{self.url()}/encode", json={"texts": list(texts)}, timeout=ENCODE_TIMEOUT_S
+        )
+
     def url(self) -> str:
         from srb.services import acquire_service, http_health, service_key
 
@@ -155,9 +162,14 @@ class EncoderService:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         import httpx
 
-        resp = httpx.post(
-            f"{self.url()}/encode", json={"texts": list(texts)}, timeout=ENCODE_TIMEOUT_S
-        )
+        try:
+            resp = self._post(texts)
+        except httpx.TransportError:
+            # the service was stopped or died since this job reached it (another invocation's
+            # stop hook, OOM): acquire again, which starts a new one, and retry once
+            with self._lock:
+                self._url = None
+            resp = self._post(texts)
         if resp.status_code != 200:
             raise RuntimeError(
                 f"encoder service {self.spec!r} at {self.url()} answered {resp.status_code}: "
