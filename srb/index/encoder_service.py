@@ -121,6 +121,7 @@ class EncoderService:
         self.state_dir = Path(state_dir)
         self.start_timeout_s = start_timeout_s
         self._url: str | None = None
+        self._key = "encoder-*"  # the registry key, once acquired (its log is {key}.server.log)
         self._lock = threading.Lock()
 
     def _post(self, texts: Sequence[str]) -> Any:
@@ -137,9 +138,10 @@ class EncoderService:
             if self._url is None:
                 self.state_dir.mkdir(parents=True, exist_ok=True)
                 settings = service_settings(self.spec)
+                self._key = service_key("encoder", settings)
                 self._url, _ = acquire_service(
                     "encoder",
-                    service_key("encoder", settings),
+                    self._key,
                     lambda port: [
                         sys.executable,
                         "-m",
@@ -164,7 +166,7 @@ class EncoderService:
 
         try:
             resp = self._post(texts)
-        except httpx.TransportError:
+        except (httpx.ConnectError, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
             # the service was stopped or died since this job reached it (another invocation's
             # stop hook, OOM): acquire again, which starts a new one, and retry once
             with self._lock:
@@ -173,7 +175,7 @@ class EncoderService:
         if resp.status_code != 200:
             raise RuntimeError(
                 f"encoder service {self.spec!r} at {self.url()} answered {resp.status_code}: "
-                f"{resp.text[:300]} (log: {self.state_dir}/*.server.log)"
+                f"{resp.text[:300]} (log: {self.state_dir / self._key}.server.log)"
             )
         body = resp.json()
         rows = np.frombuffer(base64.b64decode(body["vectors"]), dtype="<f4")
