@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from srb.json_http import JSONHandler
+
 log = logging.getLogger(__name__)
 
 SERVICE = "srb-encoder"
@@ -40,20 +42,7 @@ ENCODE_TIMEOUT_S = 900.0
 
 
 def _handler(encoder: Any, lock: threading.Lock) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, fmt: str, *args: Any) -> None:
-            log.debug(fmt, *args)
-
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JSONHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             if self.path.rstrip("/") != "/health":
                 self._send(404, {"error": f"no such path {self.path}"})

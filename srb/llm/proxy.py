@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from srb.json_http import JSONHandler
 from srb.llm.backends import LLMCallError
 from srb.llm.client import LLMClient
 
@@ -195,20 +196,7 @@ class CachingEndpoint:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, fmt: str, *args: Any) -> None:  # route into logging
-                log.debug("endpoint: " + fmt, *args)
-
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JSONHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 if self.path.rstrip("/") in ("/v1/models", "/models"):
                     self._send(200, endpoint.models())
