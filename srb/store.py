@@ -94,12 +94,11 @@ def memory_endpoint(
     from srb.llm.session import open_client
 
     client, _ = open_client(dict(llm), model)
-    service = (
-        EncoderService(dense["encoder"], llm["servers_dir"])
-        if dense.get("encoder_service") and llm.get("servers_dir")
-        else None
-    )
-    encoder = Encoder(dense["encoder"], threads=1, cache_path=dense.get("cache"), service=service)
+    encoder = Encoder(dense["encoder"], threads=1, cache_path=dense.get("cache"))
+    if dense.get("encoder_service") and llm.get("servers_dir"):
+        encoder.service = EncoderService(
+            dense["encoder"], llm["servers_dir"], fingerprint=getattr(encoder, "fingerprint", None)
+        )
     embedder = Embedder(encoder, dense["encoder"])
     with serve_endpoint(
         client, embedder, max_completion_tokens, bound_schemas, max_whitespace_run

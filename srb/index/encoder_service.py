@@ -88,16 +88,16 @@ def serve(spec: str, port: int) -> None:
     server.serve_forever()
 
 
-def service_settings(spec: str) -> dict[str, Any]:
+def service_settings(spec: str, fingerprint: str | None = None) -> dict[str, Any]:
     """What the service's vectors depend on (its registry key): the encoder's weights and how
-    it encodes."""
+    it encodes (`encoder_fingerprint` hashes both; pass it when the caller already has it, so
+    the weights are not read twice)."""
     from srb.index.dense import resolve_encoder
-    from srb.index.embed_cache import ENCODING_SCHEME, encoder_fingerprint
+    from srb.index.embed_cache import encoder_fingerprint
 
     return {
         "spec": spec,
-        "encoder": encoder_fingerprint(resolve_encoder(spec)),
-        "scheme": ENCODING_SCHEME,
+        "encoder": fingerprint or encoder_fingerprint(resolve_encoder(spec)),
         "threads": 1,
     }
 
@@ -105,8 +105,15 @@ def service_settings(spec: str) -> dict[str, Any]:
 class EncoderService:
     """Client of the shared encoder service, started (or reused) on the first text to encode."""
 
-    def __init__(self, spec: str, state_dir: str | Path, start_timeout_s: float = 300):
+    def __init__(
+        self,
+        spec: str,
+        state_dir: str | Path,
+        start_timeout_s: float = 300,
+        fingerprint: str | None = None,
+    ):
         self.spec = spec
+        self.fingerprint = fingerprint  # the encoder's, when the caller has hashed it already
         self.state_dir = Path(state_dir)
         self.start_timeout_s = start_timeout_s
         self._url: str | None = None
@@ -126,7 +133,7 @@ class EncoderService:
         with self._lock:
             if self._url is None:
                 self.state_dir.mkdir(parents=True, exist_ok=True)
-                settings = service_settings(self.spec)
+                settings = service_settings(self.spec, self.fingerprint)
                 self._key = service_key("encoder", settings)
                 self._url, _ = acquire_service(
                     "encoder",
