@@ -21,6 +21,29 @@ rule prepare_model:
         "../workflow/scripts/prepare_model.py"
 
 
+rule start_ingest_server:
+    """On a cold call cache, the ingest model's server starts as soon as the model is prepared,
+    while the dense indexes are built, instead of on the first ingest's first request
+    (srb/llm/prestart.py). It holds no core: the server is a process of its own."""
+    input:
+        model=lambda wc: model_card(wc.model),
+    output:
+        started="results/llm_phases/{model}.started.json",
+    log:
+        "results/logs/start_ingest_server/{model}.log",
+    priority: 40
+    conda:
+        "../envs/srb.yaml"
+    threads: 0
+    resources:
+        mem_mb=500,
+        runtime=15,
+    params:
+        llm=memory_llm_params,
+    script:
+        "../workflow/scripts/start_ingest_server.py"
+
+
 rule end_llm_phase:
     """On a CPU host two vLLM servers thrash the same cores: with `llm.one_server_at_a_time`
     every job of the memory systems' ingest model runs first, then this stops that model's
@@ -28,6 +51,7 @@ rule end_llm_phase:
     """
     input:
         memory_llm_jobs,
+        started="results/llm_phases/{model}.started.json",
     output:
         done="results/llm_phases/{model}.done.json",
     log:

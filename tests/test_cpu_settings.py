@@ -156,7 +156,7 @@ RECORDING_VLLM = """
 import json, os, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 keys = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU", "OMP_NUM_THREADS",
-        "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+        "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VLLM_ENABLE_V1_MULTIPROCESSING")
 with open(sys.argv[1], "w") as fh:
     json.dump({"argv": sys.argv[2:], "env": {k: os.environ.get(k) for k in keys}}, fh)
 port, name = sys.argv[sys.argv.index("--port") + 1], sys.argv[sys.argv.index("--served-model-name") + 1]
@@ -207,3 +207,47 @@ def test_a_started_server_gets_the_host_settings(
     assert seen["env"]["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
     assert seen["env"]["OMP_NUM_THREADS"] == "1"  # the job's one core, not os.cpu_count()
     assert seen["env"]["MKL_NUM_THREADS"] == seen["env"]["OPENBLAS_NUM_THREADS"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("on_cpu", "opts", "in_process"),
+    [
+        (True, {}, True),  # the CPU build's default: the model in the engine process
+        (True, {"worker_process": True}, False),
+        (True, {"extra_args": ["--tensor-parallel-size", "2"]}, False),
+        (False, {}, False),  # a GPU keeps vLLM's own executor
+    ],
+    ids=["cpu-default", "cpu-worker-process", "cpu-tensor-parallel", "gpu"],
+)
+def test_the_cpu_build_runs_the_model_without_a_worker_process(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    on_cpu: bool,
+    opts: dict,
+    in_process: bool,
+) -> None:
+    """vLLM's CPU platform turns `--distributed-executor-backend uni` back into `mp` unless
+    VLLM_ENABLE_V1_MULTIPROCESSING=0, so the server gets both or neither."""
+    record = tmp_path / "record" / "seen.json"
+    record.parent.mkdir()
+    state = tmp_path / "servers"
+    real_command = srv.vllm_command
+
+    def recording(model_dir: str, served_name: str, port: int, o: dict) -> list[str]:
+        cmd = real_command(model_dir, served_name, port, o)
+        return [sys.executable, "-c", RECORDING_VLLM, str(record), *cmd[3:]]
+
+    monkeypatch.setattr(srv, "vllm_command", recording)
+    monkeypatch.setattr(cpu, "read_host", lambda *a: HostCPU((0, 1), parse_cpu_flags(SKYLAKE)))
+    monkeypatch.setattr(cpu, "vllm_runs_on_cpu", lambda: on_cpu)
+    try:
+        srv.acquire_server("tiny", str(tmp_path), {"max_model_len": 512, **opts}, state)
+        seen = json.loads(record.read_text())
+    finally:
+        srv.stop_servers(state)
+    argv = seen["argv"]
+    uni = "--distributed-executor-backend" in argv and (
+        argv[argv.index("--distributed-executor-backend") + 1] == "uni"
+    )
+    assert uni is in_process
+    assert (seen["env"]["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0") is in_process

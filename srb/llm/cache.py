@@ -77,6 +77,12 @@ class CallCache:
     def __len__(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0])
 
+    def answers_of(self, model: str) -> int:
+        """How many answers of `model` the cache holds."""
+        with self._lock:
+            row = self._conn.execute("SELECT COUNT(*) FROM calls WHERE model = ?", (model,))
+            return int(row.fetchone()[0])
+
     def close(self) -> None:
         self._conn.close()
 

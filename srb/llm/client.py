@@ -113,6 +113,14 @@ class LLMClient:
         self.stats.model_calls += 1
         return self.cache.put(key, response, kind="request", model=self.model_name), False
 
+    def start_server(self) -> bool:
+        """Bring up this model's local vLLM server now, before any request needs it (see
+        rules/models.smk, start_ingest_server); False for a backend without one."""
+        if self.backend_kind != "vllm":
+            return False
+        self._get_backend()
+        return self.stats.server_started
+
     def _get_backend(self) -> Backend:
         with self._backend_lock:
             if self._backend is None:
