@@ -246,8 +246,17 @@ def model_priority(wildcards):
     """The memory systems' ingest model is prepared first, before the own-env builds (priority
     20) that only two systems wait on: every ingest waits on it (with two threads it waited
     4.7 min on 2 cores for both to be free of the retrieval jobs; at priority 20, 2.0 min
-    behind the two builds)."""
-    return 30 if STORE_SYSTEMS and wildcards.model == MEMORY.get("llm") else 0
+    behind the two builds).
+
+    The other models (synthesizer, judges) next, before the dense indexes the ingests wait on
+    (25): prepared as the ingests started, the synthesizer's 15 s of CPU took 14.3 min beside
+    the ingest model's server (stop 38), and a job holding a core slot that long stops
+    Snakemake from starting even the jobs that hold none once the other slot is taken too (it
+    selects nothing while no core is free): Prism and the sequential observer, on the ingest
+    phase's critical path, then waited 1.75 min behind a starved BM25 index."""
+    if not STORE_SYSTEMS:
+        return 0
+    return 30 if wildcards.model == MEMORY.get("llm") else 26
 
 
 def memory_params(*extra):

@@ -353,6 +353,39 @@ def test_the_ingest_of_one_long_chain_of_calls_starts_first():
     assert priority["prism"] == priority["mem0"]
 
 
+def test_every_model_is_prepared_before_the_ingests_can_start() -> None:
+    """model_priority: the ingest model first, then the synthesizer, both above the dense
+    indexes the ingests wait on, so no model is prepared beside the ingest model's server
+    (starved there, it held a core slot for 14 min) and the ingest model's server is started
+    ahead (start_ingest_server) as soon as its model is ready."""
+    proc = subprocess.run([*SNAKEMAKE, "-n"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = []  # (rule, wildcards, priority, threads) of each job block
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout):
+        head = re.match(r"(?:local)?rule (\w+):", block)
+        wc = re.search(r"^\s+wildcards: (.*)$", block, re.M)
+        prio = re.search(r"^\s+priority: (\d+)$", block, re.M)
+        threads = re.search(r"^\s+threads: (\d+)$", block, re.M)  # absent when 1
+        if head and wc:
+            jobs.append(
+                (
+                    head.group(1),
+                    wc.group(1),
+                    int(prio.group(1)) if prio else 0,
+                    int(threads.group(1)) if threads else 1,
+                )
+            )
+    prepare = {wc: prio for rule, wc, prio, _ in jobs if rule == "prepare_model"}
+    dense = [prio for rule, _, prio, _ in jobs if rule == "dense_index"]
+    assert dense and len(prepare) == 2
+    assert prepare["model=qwen2.5-coder-0.5b"] > prepare["model=smollm2-135m"] > max(dense)
+    start = [
+        (wc, prio, threads) for rule, wc, prio, threads in jobs if rule == "start_ingest_server"
+    ]
+    assert start == [("model=qwen2.5-coder-0.5b", start[0][1], 0)]
+    assert start[0][1] > prepare["model=qwen2.5-coder-0.5b"]
+
+
 CLIENT_RULES = (
     "ingest_store",
     "restore_store_native",
