@@ -214,6 +214,25 @@ def ingest_after(wildcards):
     return after
 
 
+def after_ingest_phase(wildcards):
+    """A unit system's BM25 index and doctor (and so its whole retrieval chain) wait until the
+    ingest model's phase has ended, when its ingests wait on the dense indexes (see
+    ingest_after). Beside the ingest model's server a job that computes gets almost no CPU
+    (srb/priority.py) and holds its core slot for minutes, and Snakemake selects no job at
+    all while no core slot is free, not even one that holds none: on 2 cores (stop 38) Simple
+    RAG's 2-thread BM25 index sat 7.7 min beside the server and Prism and the sequential
+    observer, next on the ingest phase's critical path, started 2.2 min after Theoria's
+    ingest. After the phase the chain runs at full speed while the synthesizer's server
+    starts. The marker is ancient, as for the synthesis jobs (after_memory_llm)."""
+    if wildcards.system in STORE_SYSTEMS or not MEMORY.get(
+        "ingest_after_indexes", True
+    ):
+        return []
+    if not (LLM and LLM["one_server_at_a_time"] and STORE_SYSTEMS):
+        return []
+    return ancient(f"results/llm_phases/{MEMORY['llm']}.done.json")
+
+
 def dense_index_priority(wildcards):
     """Right after the ingest model (30) when the ingests wait on the dense indexes, so they
     start as early as the indexes allow; the units jobs too, as Snakemake does not pass a

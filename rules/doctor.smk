@@ -12,6 +12,7 @@ rule doctor:
         ingest_log="results/{corpus}/units/{system}.ingest.json",
         bm25=lambda wc: channel_index(wc, "bm25"),
         dense=lambda wc: channel_index(wc, "dense"),
+        after=after_ingest_phase,
     output:
         report=report(
             "results/{corpus}/doctor/{system}.json",

@@ -24,6 +24,7 @@ rule build_units:
 rule bm25_index:
     input:
         units="results/{corpus}/units/{system}.jsonl",
+        after=after_ingest_phase,
     output:
         index=directory("results/{corpus}/index/{system}/bm25"),
     log:

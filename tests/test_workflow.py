@@ -386,6 +386,25 @@ def test_every_model_is_prepared_before_the_ingests_can_start() -> None:
     assert start[0][1] > prepare["model=qwen2.5-coder-0.5b"]
 
 
+def test_the_unit_systems_retrieval_chains_wait_for_the_ingest_phase() -> None:
+    """after_ingest_phase: a unit system's BM25 index and doctor wait for the ingest model's
+    phase (beside its server they starve holding core slots, and Snakemake then starts no job,
+    not even one holding none); a store system's BM25 index does not wait."""
+    proc = subprocess.run([*SNAKEMAKE, "-n"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    marker = "results/llm_phases/qwen2.5-coder-0.5b.done.json"
+    waits = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout):
+        head = re.match(r"(?:local)?rule (bm25_index|doctor):", block)
+        system = re.search(r"system=(\w+)", block)
+        if head and system:
+            inputs = re.search(r"^\s+input: (.*)$", block, re.M)
+            waits[(head.group(1), system.group(1))] = marker in inputs.group(1).split(", ")
+    for system in ("simple_rag", "section_rag", "paper_rag"):
+        assert waits[("bm25_index", system)] and waits[("doctor", system)], system
+    assert waits[("bm25_index", "mem0")] is False and waits[("bm25_index", "theoria")] is False
+
+
 CLIENT_RULES = (
     "ingest_store",
     "restore_store_native",
