@@ -7,9 +7,10 @@ MiniLM encoder) took a full core from it however it was niced: on 2 cores, 10 ex
 prompts took 89.7 s instead of 34.9 s, with the encoder at `nice 19` 91.7 s. With the
 encoder's *autogroup* at nice 10 they took 36.4 s, and the encoder still ran at 57% of its
 speed in the server's gaps (`bench/cpu_priority.py`). So helper services (Hindsight's API,
-its PostgreSQL, Cognee's worker, Theoria's service) and the workflow's own session (when
-`python -m srb run` started it) get a higher autogroup nice; the vLLM server keeps nice 0,
-unless its model's `vllm.cpu_priority` is `shared` (`srb.llm.server.keeps_priority`).
+its PostgreSQL, Theoria's service) and the workflow's own session (when `python -m srb run`
+started it) get a higher autogroup nice; the vLLM server keeps nice 0, unless its model's
+`vllm.cpu_priority` is `shared` (`srb.llm.server.keeps_priority`), and so do the encoder
+service and Cognee's worker, whose work is the critical path of the jobs waiting on them.
 
 An autogroup nice set by an unprivileged process can only be raised, and it holds for every
 process of the session, so it is only ever set on a session srb created itself.
