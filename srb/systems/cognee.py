@@ -240,13 +240,12 @@ class CogneeWorker:
             stderr=self._log,
             env=env,
             cwd=str(store),
+            # a session of its own (die_with_parent), whose autogroup keeps nice 0, not the
+            # helper nice: Cognee ingests its papers one after another, so its own CPU work is
+            # the ingest phase's critical path. At the helper nice, beside the busy ingest
+            # model's server, the worker took 5.2 min to import Cognee and 9 min to send its
+            # first request, and Cognee's ingest ended the phase at 17.6 min (stop 38)
             preexec_fn=lambda: die_with_parent(signal.SIGTERM),
-            # a session (autogroup) of its own at nice 0, not the job's helper nice: Cognee
-            # ingests its papers one after another, so its own CPU work is the ingest phase's
-            # critical path. Beside the busy ingest model's server, at the helper nice, the
-            # worker took 5.2 min to import Cognee and 9 min to send its first request, and
-            # Cognee's ingest ended the phase at 17.6 min (stop 38's cold run)
-            start_new_session=True,
         )
         self._lock = threading.Lock()
         try:
