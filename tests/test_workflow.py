@@ -291,7 +291,7 @@ def test_default_runs_the_ingest_model_before_any_synthesis_or_llm_judge():
     (the ingest model's jobs) precede end_llm_phase; every synthesis and LLM-judge job and the
     sequential evaluation's answering job follow it, so the two servers are never up at once."""
     proc = subprocess.run(
-        [*SNAKEMAKE, "--dag"], cwd=REPO, capture_output=True, text=True, timeout=120
+        [*SNAKEMAKE, "--dag", "--forceall"], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rule_of = {
@@ -303,10 +303,13 @@ def test_default_runs_the_ingest_model_before_any_synthesis_or_llm_judge():
     for a, b in edges:
         parents.setdefault(b, set()).add(rule_of[a])
     (phase,) = [n for n, r in rule_of.items() if r == "end_llm_phase"]
-    before = [r for n, r in rule_of.items() if r in ("ingest_store", "sequential_theoria_observe")]
-    assert (
-        sorted(parents[phase]) == sorted(set(before)) and len(before) == 7
-    )  # 6 store systems + the observing job
+    before = [
+        r
+        for n, r in rule_of.items()
+        if r in ("ingest_store", "sequential_theoria_observe", "start_ingest_server")
+    ]
+    # 6 store systems + the observing job + the server's start on a cold call cache
+    assert sorted(parents[phase]) == sorted(set(before)) and len(before) == 8
     (answering,) = [n for n, r in rule_of.items() if r == "sequential_theoria"]
     assert parents[answering] >= {"end_llm_phase", "sequential_theoria_observe"}
     synth = [n for n, r in rule_of.items() if r == "synthesize"]
@@ -320,7 +323,9 @@ def test_the_default_llm_judge_scores_native_cells_and_the_rubric_judge_every_ce
     base/direct_read, the rubric judge every synthesized cell."""
     from srb.paper_cost import parse_dry_run
 
-    proc = subprocess.run([*SNAKEMAKE, "-n"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [*SNAKEMAKE, "-n", "--forceall"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = parse_dry_run(proc.stdout + proc.stderr)
 
@@ -341,7 +346,9 @@ def test_the_default_llm_judge_scores_native_cells_and_the_rubric_judge_every_ce
 def test_the_ingest_of_one_long_chain_of_calls_starts_first():
     """ingest_priority: Graphiti ingests papers one after another (one chain of dependent
     calls), so it starts before Theoria, which other jobs wait on, which starts before Mem0."""
-    proc = subprocess.run([*SNAKEMAKE, "-n"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [*SNAKEMAKE, "-n", "--forceall"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     priority = {
         m.group(1): int(m.group(2))
@@ -358,7 +365,9 @@ def test_every_model_is_prepared_before_the_ingests_can_start() -> None:
     indexes the ingests wait on, so no model is prepared beside the ingest model's server
     (starved there, it held a core slot for 14 min) and the ingest model's server is started
     ahead (start_ingest_server) as soon as its model is ready."""
-    proc = subprocess.run([*SNAKEMAKE, "-n"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [*SNAKEMAKE, "-n", "--forceall"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = []  # (rule, wildcards, priority, threads) of each job block
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout):
@@ -390,7 +399,9 @@ def test_the_unit_systems_retrieval_chains_wait_for_the_ingest_phase() -> None:
     """after_ingest_phase: a unit system's BM25 index and doctor wait for the ingest model's
     phase (beside its server they starve holding core slots, and Snakemake then starts no job,
     not even one holding none); a store system's BM25 index does not wait."""
-    proc = subprocess.run([*SNAKEMAKE, "-n"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [*SNAKEMAKE, "-n", "--forceall"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     marker = "results/llm_phases/qwen2.5-coder-0.5b.done.json"
     waits = {}
