@@ -14,7 +14,6 @@ to run as root, so as root the server and its tools run as `nobody`, owning only
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import secrets
@@ -30,7 +29,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from srb.errors import ConfigError
-from srb.priority import deprioritise
+from srb.priority import die_with_parent, match_caller_priority
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +38,6 @@ DATABASE = "postgres"
 CLUSTER_DIR = "pgdata"
 NOBODY = 65534
 START_TIMEOUT_S = 60
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class PostgresError(RuntimeError):
@@ -71,15 +69,6 @@ def _server_child() -> None:
     after the credentials change, which clears it)."""
     _drop_root()
     die_with_parent(signal.SIGQUIT)
-
-
-def die_with_parent(sig: int) -> None:
-    """In a child before exec: the kernel sends it `sig` when the thread that started it
-    exits (so start servers from the job's main thread), and a new session keeps a Ctrl-C at
-    the terminal from reaching it before the job can stop it in order."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, sig)
-    os.setsid()
 
 
 def _own(path: Path) -> None:
@@ -194,7 +183,7 @@ class PrivatePostgres:
                 env={**os.environ, "LC_ALL": "C"},
                 preexec_fn=_server_child,
             )
-        deprioritise(self.proc.pid, what=f"PostgreSQL on {self.cluster}")  # yields to vLLM
+        match_caller_priority(self.proc.pid, what=f"PostgreSQL on {self.cluster}")
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

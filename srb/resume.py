@@ -52,6 +52,11 @@ def _is_snakemake(cmdline: list[str]) -> bool:
     return False
 
 
+def _is_job_script(cmdline: list[str]) -> bool:
+    """A job script Snakemake runs (`.snakemake/scripts/...`), not a server a job started."""
+    return any(JOB_SCRIPTS in arg or arg.startswith(".snakemake/scripts/") for arg in cmdline)
+
+
 def workflow_processes(workdir: str | Path) -> WorkflowProcesses:
     """Processes of a workflow run in `workdir`: main snakemake processes and job scripts."""
     here = Path(workdir).resolve()
@@ -69,7 +74,7 @@ def workflow_processes(workdir: str | Path) -> WorkflowProcesses:
         cmdline = info["cmdline"]
         if _is_snakemake(cmdline):
             main.append(proc)
-        elif any(JOB_SCRIPTS in arg or arg.startswith(".snakemake/scripts/") for arg in cmdline):
+        elif _is_job_script(cmdline):
             jobs.append(proc)
     return WorkflowProcesses(main, jobs)
 
@@ -131,8 +136,9 @@ def prepare_resume(workdir: str | Path = ".", grace: float = 10.0) -> list[str]:
 
 
 def _terminate_run(main: psutil.Process) -> int:
-    """SIGTERM to `main`, then to its descendants in its process group; how many jobs'
-    processes were signalled."""
+    """SIGTERM to `main`, then to its descendants in its process group and to its job scripts
+    that run in a session of their own (an ingest at the model server's priority,
+    `srb.priority.join_server_priority`); how many jobs' processes were signalled."""
     try:
         group = os.getpgid(main.pid)
         jobs = main.children(recursive=True)
@@ -142,10 +148,10 @@ def _terminate_run(main: psutil.Process) -> int:
     sent = 0
     for proc in jobs:
         try:
-            if os.getpgid(proc.pid) == group:
+            if os.getpgid(proc.pid) == group or _is_job_script(proc.cmdline()):
                 proc.send_signal(signal.SIGTERM)
                 sent += 1
-        except (psutil.NoSuchProcess, ProcessLookupError):
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
             pass
     return sent
 

@@ -21,8 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from srb.pg import die_with_parent
-from srb.priority import HELPER_NICE, deprioritise
+from srb.priority import HELPER_NICE, deprioritise, die_with_parent
 
 log = logging.getLogger(__name__)
 

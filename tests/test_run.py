@@ -93,3 +93,66 @@ def test_a_killed_wrapper_stops_the_run(tmp_path: Path) -> None:
     wrapper.kill()
     wrapper.wait()
     wait_for(report, f"child got {int(signal.SIGTERM)}")  # the parent-death signal
+
+
+# argv: a report file. A job of the run's session (started by the stand-in below, as Snakemake
+# starts a job script): joins the model server's priority, reports, then waits for a signal.
+JOB = """
+import os, signal, sys, time
+from srb.priority import autogroup_nice, join_server_priority
+report = sys.argv[1]
+def h(s, f):
+    open(report, "a").write(f"job got {s}\\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, h)
+before, moved = autogroup_nice(), join_server_priority()
+open(report, "a").write(
+    f"before {before} moved {moved} after {autogroup_nice()} leader {os.getsid(0) == os.getpid()}\\n"
+)
+time.sleep(60)
+"""
+
+# argv: JOB's code, the report file. Starts the job and exits once the job has reported.
+STARTER = """
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", sys.argv[1], sys.argv[2]])
+while "leader" not in (open(sys.argv[2]).read() if __import__("os").path.exists(sys.argv[2]) else ""):
+    time.sleep(0.05)
+"""
+
+
+def test_an_ingest_job_joins_the_model_servers_priority_and_still_dies_with_its_parent(
+    tmp_path: Path,
+) -> None:
+    """join_server_priority: a job of the helper-niced run leaves for a session of its own at
+    nice 0 (where the kernel schedules by autogroup); when the process that started it exits,
+    it gets SIGTERM, as a job that stayed in the run's process group would from Snakemake."""
+    report = tmp_path / "report"
+    assert run_in_own_session([sys.executable, "-c", STARTER, JOB, str(report)]) == 0
+    wait_for(report, "job got")
+    first = lines(report)[0]
+    if autogroup_enabled():
+        assert first == f"before {HELPER_NICE} moved True after 0 leader True"
+    else:  # a nice cannot be lowered without privilege: the job stays where it is
+        assert first.startswith("before None moved False after None leader False")
+    assert lines(report)[1] == f"job got {int(signal.SIGTERM)}"
+
+
+def test_a_helper_gets_its_callers_priority(tmp_path: Path) -> None:
+    """match_caller_priority: PostgreSQL or Hindsight's API started by a job at the helper nice
+    gets it too; started by a caller at nice 0 (an ingest that joined the server's priority,
+    or this test) it keeps its new session's 0."""
+    from srb.priority import caller_nice, die_with_parent, match_caller_priority
+
+    helper = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"],
+        preexec_fn=lambda: die_with_parent(signal.SIGTERM),
+    )
+    try:
+        ours = caller_nice()
+        assert match_caller_priority(helper.pid, "a helper") is (ours > 0)
+        if autogroup_enabled():
+            assert autogroup_nice(helper.pid) == ours
+    finally:
+        helper.kill()
+        helper.wait()

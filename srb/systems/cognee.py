@@ -224,7 +224,7 @@ class CogneeWorker:
         log_dir: Path,
         options: Mapping[str, Any] | None = None,
     ):
-        from srb.pg import die_with_parent
+        from srb.priority import die_with_parent
 
         self.store = store = Path(store).resolve()
         self._tmp = tempfile.TemporaryDirectory(prefix="srb-cognee-hf-")

@@ -131,8 +131,7 @@ class HindsightServer:
             raise
 
     def _start(self, venv: Path, endpoint: Endpoint, options: Mapping[str, Any]) -> None:
-        from srb.pg import die_with_parent
-        from srb.priority import deprioritise
+        from srb.priority import die_with_parent, match_caller_priority
         from srb.services import free_port
         from srb.start_clock import StartClock
 
@@ -147,9 +146,9 @@ class HindsightServer:
                 env=env,
                 preexec_fn=lambda: die_with_parent(signal.SIGTERM),
             )
-        deprioritise(self.proc.pid, what="hindsight-api")  # yields the CPU to vLLM
+        match_caller_priority(self.proc.pid, what="hindsight-api")
         self.url = f"http://127.0.0.1:{port}"
-        clock = StartClock(self.proc.pid, START_CPU_S)  # it starts slowly at the helper nice
+        clock = StartClock(self.proc.pid, START_CPU_S)  # it starts slowly at a helper nice
         while not clock.expired():
             if self.proc.poll() is not None:
                 raise RuntimeError(

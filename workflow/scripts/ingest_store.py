@@ -4,12 +4,15 @@ from pathlib import Path
 
 from srb.data.canonical import load_canonical
 from srb.joblog import job_logging
+from srb.priority import join_server_priority
 from srb.store import endpoint_dense, ingest_store, memory_endpoint, memory_slice
 from srb.systems import get_store_system
 
 wc, p, out = snakemake.wildcards, snakemake.params, snakemake.output
 dense = endpoint_dense(p.dense, snakemake.config)
 with job_logging(snakemake.log[0], f"ingest_store[{wc.corpus}/{wc.system}]"):
+    if snakemake.config["memory"].get("ingest_at_server_priority", True):
+        join_server_priority()
     corpus = load_canonical(Path(snakemake.input.papers).parent)
     papers, questions = memory_slice(corpus, p.memory["papers"])
     system = (

@@ -7,6 +7,7 @@ from pathlib import Path
 from srb.atomic import write_json
 from srb.data.canonical import load_canonical
 from srb.joblog import job_logging
+from srb.priority import join_server_priority
 from srb.services import stop_service
 from srb.store import endpoint_dense, memory_slice
 from srb.systems import get_store_system
@@ -16,6 +17,8 @@ from srb.theoria.sequential import observe_sequentially
 wc, p, inp, out = snakemake.wildcards, snakemake.params, snakemake.input, snakemake.output
 dense = endpoint_dense(p.dense, snakemake.config)
 with job_logging(snakemake.log[0], f"sequential_theoria_observe[{wc.corpus}]"):
+    if snakemake.config["memory"].get("ingest_at_server_priority", True):
+        join_server_priority()
     papers, questions = memory_slice(load_canonical(Path(inp.questions).parent), p.memory["papers"])
     seq = p.memory.get("sequential") or {}
     system = get_store_system("theoria").configure(p.memory)
