@@ -165,3 +165,43 @@ def test_a_run_whose_parent_waits_on_the_stop_is_not_waited_for_as_a_zombie(tmp_
 
 def test_stop_with_nothing_running_says_so(tmp_path: Path) -> None:
     assert stop_run(tmp_path) == (True, [f"no snakemake is running in {tmp_path.resolve()}"])
+
+
+SESSION_SNAKEFILE = """
+rule all:
+    input: "slow.txt"
+
+rule slow:
+    output: "slow.txt"
+    script: "own_session.py"
+"""
+
+
+def test_a_job_in_a_session_of_its_own_is_stopped_too(tmp_path: Path) -> None:
+    """An ingest at the model server's priority leaves snakemake's process group for a session
+    of its own (srb.priority.join_server_priority): `stop_run` still stops it at once, instead of
+    waiting for it as Snakemake does after its SIGTERM."""
+    (tmp_path / "Snakefile").write_text(SESSION_SNAKEFILE)
+    (tmp_path / "own_session.py").write_text("import os, time\nos.setsid()\ntime.sleep(300)\n")
+    run = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "--quiet"],
+        cwd=tmp_path, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not workflow_processes(tmp_path).jobs and time.monotonic() < deadline:
+            time.sleep(0.2)
+        (job,) = workflow_processes(tmp_path).jobs
+        while os.getsid(job.pid) != job.pid and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert os.getsid(job.pid) == job.pid  # out of snakemake's process group
+        started = time.monotonic()
+        stopped, said = stop_run(tmp_path, wait_s=60)
+        assert stopped and time.monotonic() - started < 30, said
+        assert run.wait(timeout=5) == 1
+        assert not job.is_running() or job.status() == psutil.STATUS_ZOMBIE
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
