@@ -259,6 +259,16 @@ def ingest_store(
         for o in outcomes:
             o.exported_items = per_paper.get(o.paper_id, 0)
         calls = stats()
+        if papers and not any(o.exported_items for o in outcomes):
+            raise RuntimeError(
+                f"{system.name}: nothing extracted from any of its {len(papers)} paper(s) "
+                f"({len(items)} item(s) stored, {calls.get('model_calls', 0)} model call(s), "
+                f"{calls.get('completion_tokens', 0)} completion token(s), "
+                f"{calls.get('invalid_json_responses', 0)} invalid JSON answer(s); per paper: "
+                + "; ".join(f"{o.paper_id}: {o.error or 'no items'}" for o in outcomes)
+                + "): a store without facts would only fail later, in its BM25 index or cells; "
+                "nothing is written, and a rerun replays what was cached"
+            )
         if calls.get("internal_errors"):
             raise RuntimeError(
                 f"{system.name}: the caching endpoint failed {calls['internal_errors']} time(s) "

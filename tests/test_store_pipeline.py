@@ -433,3 +433,13 @@ def test_re_aiming_stops_when_the_store_runs_out_of_items() -> None:
     # 3 facts (60 chars) -> 150 items asked; the store holds 16 (1,600 chars): ran short
     assert cell.knob_steps == (3, 150)
     assert cell.verdict.status == "depth_limited"
+
+
+def test_a_store_with_nothing_extracted_from_any_paper_fails_its_ingest(tmp_path) -> None:
+    """No silent zeros: an ingest model whose answers hold nothing to store (seen with JSON
+    forced without whitespace: Theoria and Mem0 stored 0 items) fails the ingest by name, not the
+    BM25 index after it ("refusing to build an empty Lucene index")."""
+    system = SentenceStore(fail={"p1": 9, "p2": 9})
+    with pytest.raises(RuntimeError, match=r"sentences: nothing extracted from any of its 2 paper"):
+        ingest(tmp_path, system)
+    assert not (tmp_path / "items.jsonl").exists() and not (tmp_path / "ingest.json").exists()

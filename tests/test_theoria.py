@@ -205,10 +205,12 @@ def test_warm_reingest_is_free_and_identical_and_concurrency_changes_nothing(
 
 def test_unparseable_extraction_is_retried_then_counted_as_failed(papers, tmp_path: Path) -> None:
     backend = TheoriaStandIn(invalid_extraction=True)
-    record, _, _ = _ingest(TheoriaSystem(), papers[:1], tmp_path, "bad", backend)
-    # every pass retried twice (3 attempts), then the paper failed: recorded, not silently empty
-    assert record["papers_failed"] == 1 and "every extraction pass" in record["failed"][0]["error"]
-    assert record["model_calls"]["invalid_json_responses"] == record["model_calls"]["model_calls"]
+    # every pass retried twice (3 attempts), then the paper failed: named, not silently empty;
+    # with no other paper the store holds nothing, which fails the ingest
+    with pytest.raises(
+        RuntimeError, match=r"nothing extracted .*every extraction pass of \S+ failed"
+    ):
+        _ingest(TheoriaSystem(), papers[:1], tmp_path, "bad", backend)
     retries = [b for b in backend.bodies if len(b["messages"]) == 3]
     assert retries and "not valid JSON" in retries[0]["messages"][2]["content"]
 
@@ -255,8 +257,10 @@ def test_forget_paper_leaves_nothing(papers, tmp_path: Path) -> None:
 
 
 def test_a_paper_without_text_is_an_error_not_an_empty_success(tmp_path: Path) -> None:
-    record, _, _ = _ingest(TheoriaSystem(), [Paper("empty", "", "   ")], tmp_path, "e")
-    assert record["papers_without_items"] == ["empty"]
+    """Alone, it leaves a store with nothing extracted from any paper, which fails the whole
+    ingest naming the paper (srb.store.ingest_store)."""
+    with pytest.raises(RuntimeError, match=r"theoria: nothing extracted .*empty: no items"):
+        _ingest(TheoriaSystem(), [Paper("empty", "", "   ")], tmp_path, "e")
 
 
 def test_observing_a_paper_again_counts_its_claims_once(papers, tmp_path: Path) -> None:
