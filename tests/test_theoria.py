@@ -283,3 +283,30 @@ def test_observing_a_paper_again_counts_its_claims_once(papers, tmp_path: Path) 
         models.close()
     assert once[1]["theories"] > 0 and once == twice
     db.close()
+
+
+@pytest.mark.parametrize("nice", [0, 10])
+def test_a_service_takes_the_priority_of_the_job_that_starts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nice: int
+) -> None:
+    """The sequential observer runs at the model server's priority (nice 0) and its service,
+    on the ingest phase's critical path, keeps it; a job of the helper-niced workflow session
+    (a doctor, a restore) starts one that yields to the model server. acquire_service is
+    replaced here: what is checked is the priority asked for (tests/test_services.py checks
+    that acquire_service gives it)."""
+    import srb.priority
+    import srb.services
+
+    asked: dict[str, object] = {}
+
+    def fake_acquire(*args, **kwargs):
+        asked.update(kwargs)
+        return "http://127.0.0.1:1", True
+
+    monkeypatch.setattr(srb.priority, "caller_nice", lambda: nice)
+    monkeypatch.setattr(srb.services, "acquire_service", fake_acquire)
+    system = TheoriaSystem()
+    system.services = {"llm": {"servers_dir": str(tmp_path / "servers")}}
+    (tmp_path / "store").mkdir()
+    assert system.service_url(tmp_path / "store", read_only=False) == "http://127.0.0.1:1"
+    assert asked["keeps_priority"] is (nice == 0)

@@ -181,7 +181,12 @@ class TheoriaSystem(StoreSystem):
 
     def service_url(self, store_dir: Path, read_only: bool = True) -> str:
         """The base URL of the service for `store_dir` (started if needed): shared and
-        read-only for the grid's jobs; writable for the sequential evaluation's own store."""
+        read-only for the grid's jobs; writable for the sequential evaluation's own store.
+        A service started by a job at the model server's priority (the sequential observer,
+        `srb.priority.join_server_priority`) keeps it: at the helper nice beside the busy ingest
+        model, the observer's first service took 46 s to start (stop 39), on the ingest phase's
+        critical path; one started by a job of the workflow's session yields like it."""
+        from srb.priority import caller_nice
         from srb.services import acquire_service, http_health
 
         settings_file, key = self.service_settings(store_dir, read_only)
@@ -200,6 +205,7 @@ class TheoriaSystem(StoreSystem):
             http_health("theoria"),
             settings_file.parent,
             start_timeout_s=300,
+            keeps_priority=caller_nice() <= 0,
         )
         return url
 
