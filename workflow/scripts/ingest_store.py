@@ -11,7 +11,7 @@ from srb.systems import get_store_system
 wc, p, out = snakemake.wildcards, snakemake.params, snakemake.output
 dense = endpoint_dense(p.dense, snakemake.config)
 with job_logging(snakemake.log[0], f"ingest_store[{wc.corpus}/{wc.system}]"):
-    if snakemake.config["memory"].get("ingest_at_server_priority", True):
+    if snakemake.config["memory"].get("ingest_at_server_priority", False):
         join_server_priority()
     corpus = load_canonical(Path(snakemake.input.papers).parent)
     papers, questions = memory_slice(corpus, p.memory["papers"])

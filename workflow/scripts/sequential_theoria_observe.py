@@ -17,7 +17,7 @@ from srb.theoria.sequential import observe_sequentially
 wc, p, inp, out = snakemake.wildcards, snakemake.params, snakemake.input, snakemake.output
 dense = endpoint_dense(p.dense, snakemake.config)
 with job_logging(snakemake.log[0], f"sequential_theoria_observe[{wc.corpus}]"):
-    if snakemake.config["memory"].get("ingest_at_server_priority", True):
+    if snakemake.config["memory"].get("ingest_at_server_priority", False):
         join_server_priority()
     papers, questions = memory_slice(load_canonical(Path(inp.questions).parent), p.memory["papers"])
     seq = p.memory.get("sequential") or {}
