@@ -140,15 +140,20 @@ def test_a_background_run_is_stopped_at_once_and_leaves_nothing_to_resume(
             wrapper.wait()
 
 
+def _background_snakemake(workdir: Path) -> subprocess.Popen:
+    """`snakemake --cores 1` in `workdir`, in a session of its own, as this test's child."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "--quiet"],
+        cwd=workdir, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 def test_a_run_whose_parent_waits_on_the_stop_is_not_waited_for_as_a_zombie(tmp_path: Path) -> None:
     """The caller is snakemake's parent and reaps it only after the stop returns (as the kill
     sweep does): the exited snakemake is a zombie until then and must count as stopped."""
     (tmp_path / "Snakefile").write_text(SNAKEFILE)
-    run = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--cores", "1", "--quiet"],
-        cwd=tmp_path, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    run = _background_snakemake(tmp_path)
     try:
         deadline = time.monotonic() + 120
         while not _sleepers(psutil.Process(run.pid)) and time.monotonic() < deadline:
@@ -183,11 +188,7 @@ def test_a_job_in_a_session_of_its_own_is_stopped_too(tmp_path: Path) -> None:
     waiting for it as Snakemake does after its SIGTERM."""
     (tmp_path / "Snakefile").write_text(SESSION_SNAKEFILE)
     (tmp_path / "own_session.py").write_text("import os, time\nos.setsid()\ntime.sleep(300)\n")
-    run = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--cores", "1", "--quiet"],
-        cwd=tmp_path, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    run = _background_snakemake(tmp_path)
     try:
         deadline = time.monotonic() + 120
         while not workflow_processes(tmp_path).jobs and time.monotonic() < deadline:
