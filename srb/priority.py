@@ -133,12 +133,12 @@ def join_server_priority() -> bool:
 
 __all__ = [
     "HELPER_NICE",
+    "autogroup_enabled",
+    "autogroup_nice",
     "caller_nice",
+    "deprioritise",
     "die_with_parent",
     "join_server_priority",
     "match_caller_priority",
-    "autogroup_enabled",
-    "autogroup_nice",
     "set_autogroup_nice",
-    "deprioritise",
 ]

@@ -259,6 +259,12 @@ def ingest_store(
         for o in outcomes:
             o.exported_items = per_paper.get(o.paper_id, 0)
         calls = stats()
+        if calls.get("internal_errors"):
+            raise RuntimeError(
+                f"{system.name}: the caching endpoint failed {calls['internal_errors']} time(s) "
+                "itself (model server, encoder or cache; see the log above): the ingest is not "
+                "trustworthy and nothing is written; a rerun replays what was cached"
+            )
         if papers and not any(o.exported_items for o in outcomes):
             raise RuntimeError(
                 f"{system.name}: nothing extracted from any of its {len(papers)} paper(s) "
@@ -268,12 +274,6 @@ def ingest_store(
                 + "; ".join(f"{o.paper_id}: {o.error or 'no items'}" for o in outcomes)
                 + "): a store without facts would only fail later, in its BM25 index or cells; "
                 "nothing is written, and a rerun replays what was cached"
-            )
-        if calls.get("internal_errors"):
-            raise RuntimeError(
-                f"{system.name}: the caching endpoint failed {calls['internal_errors']} time(s) "
-                "itself (model server, encoder or cache; see the log above): the ingest is not "
-                "trustworthy and nothing is written; a rerun replays what was cached"
             )
         write_jsonl(items_out, (i.to_unit_record() for i in items))
         failed = [o for o in outcomes if o.error]
