@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import signal
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,26 @@ def autogroup_nice(pid: int | str = "self") -> int | None:
     return int(found.group(1)) if found else None
 
 
+#: How long to retry a write the kernel refused as too soon after another (EAGAIN).
+AUTOGROUP_RETRY_S = 3.0
+
+
 def set_autogroup_nice(nice: int, pid: int | str = "self") -> None:
     """Set the autogroup nice of `pid`'s session (it must be a session srb created). Raises
-    OSError where it cannot be set (e.g. lowering it without privilege)."""
-    Path(f"/proc/{pid}/autogroup").write_text(str(int(nice)))
+    OSError where it cannot be set (e.g. lowering it without privilege).
+
+    Without CAP_SYS_ADMIN (any user but root) the kernel takes one such write per 100 ms on the
+    whole machine and refuses the others with EAGAIN; helpers start together, so a refused
+    write is retried (CI had a run's session left at nice 0 by exactly this)."""
+    deadline = time.monotonic() + AUTOGROUP_RETRY_S
+    while True:
+        try:
+            Path(f"/proc/{pid}/autogroup").write_text(str(int(nice)))
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.03)
 
 
 def deprioritise(pid: int, nice: int = HELPER_NICE, what: str = "helper") -> bool:
