@@ -243,6 +243,8 @@ def ingest_store(
                 ThreadPoolExecutor(workers) as pool,
             ):
                 outcomes = list(pool.map(one, papers))
+            ingested = {o.paper_id for o in outcomes if not o.error}
+            system.settle(staging, endpoint, [p for p in papers if p.id in ingested])
             live = system.live_items(staging, endpoint)
         finally:
             system.finish(staging, endpoint)

@@ -84,6 +84,39 @@ CELLS = (
     "results/tiny/retrieval/cognee/graph_completion/native.jsonl",
 )
 
+#: asked of a store before and after its warm re-ingest (each paper's question, and one of both)
+PROBES = ("What did the trial find?", "salt reduction and blood pressure")
+
+
+def open_store(root: Path, system: str):
+    """(the store system as the workflow's jobs configure it, its endpoint's context manager)."""
+    from srb.store import memory_endpoint
+    from srb.systems import get_store_system
+
+    config = yaml.safe_load((root / "config.yaml").read_text())
+    llm = {**config["llm"], "servers_dir": str(root / "cache/servers")}
+    dense = {"encoder": "minilm", "cache": str(root / "cache/embeddings.sqlite")}
+    store = get_store_system(system).configure(config["memory"])
+    if store.own_environment:  # what the workflow's jobs read: rule system_env's record
+        store.use_environment(Path(config["memory"]["envs_dir"]) / f"{system}.json")
+    store.services = {"llm": llm, "dense": dense}  # what srb.store.opened_store sets
+    return store, memory_endpoint(llm, "qwen2.5-coder-0.5b", dense)
+
+
+def recall_through_the_library(root: Path, system: str) -> list[list[str]]:
+    """Item ids (in rank order) the store's own search gives for PROBES at a few knob values."""
+    store, endpoint_cm = open_store(root, system)
+    with endpoint_cm as (endpoint, _):
+        handle = store.open(root / f"results/tiny/store/{system}", endpoint)
+        try:
+            return [
+                [i.item_id for i in handle.search(q, store.modalities[0], knob)]
+                for q in PROBES
+                for knob in (50, 200, store.native_knob)
+            ]
+        finally:
+            handle.close()
+
 
 @pytest.fixture(scope="module")
 def ingested(tmp_path_factory):
@@ -100,9 +133,11 @@ def ingested(tmp_path_factory):
         cold[s]["_log"] = (root / f"results/logs/ingest_store/tiny/{s}.log").read_text()
     proc = snakemake(root, config, *CELLS)
     assert proc.returncode == 0, proc.stderr[-5000:]
+    cold["hindsight"]["_recalled"] = recall_through_the_library(root, "hindsight")
     proc = snakemake(root, config, *targets, "--forcerun", "ingest_store")
     assert proc.returncode == 0, proc.stderr[-5000:]
     warm = {s: json.loads((root / t).read_text()) for s, t in zip(SYSTEMS, targets, strict=True)}
+    warm["hindsight"]["_recalled"] = recall_through_the_library(root, "hindsight")
     return root, cold, warm, items
 
 
@@ -154,23 +189,26 @@ def test_warm_reingest_makes_no_model_call_and_identical_items(ingested, system)
     assert warm["items_stored"] == cold["items_stored"]
 
 
+def test_a_rebuilt_hindsight_store_recalls_the_same(ingested) -> None:
+    """Its papers are retained again one by one, in order, before the store is saved
+    (HindsightSystem.settle): the warm re-ingest's store recalls what the cold one did, in the
+    same order, so a forced rerun sends synthesis no new prompt."""
+    _, cold_all, warm_all, _ = ingested
+    recalled = cold_all["hindsight"]["_recalled"]
+    assert any(recalled)
+    assert warm_all["hindsight"]["_recalled"] == recalled
+    assert "retained again, in order" in cold_all["hindsight"]["_log"]
+
+
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_the_ingested_store_is_searched_through_its_library(ingested, system) -> None:
     """Search needs only the query's embedding: the same caching endpoint, no chat model."""
     from srb.ingest import read_units
-    from srb.store import memory_endpoint
-    from srb.systems import get_store_system
 
     root, cold_all, _, _ = ingested
-    config = yaml.safe_load((root / "config.yaml").read_text())
-    llm = {**config["llm"], "servers_dir": str(root / "cache/servers")}
-    dense = {"encoder": "minilm", "cache": str(root / "cache/embeddings.sqlite")}
     units = read_units(root / f"results/tiny/units/{system}.jsonl")
-    store = get_store_system(system).configure(config["memory"])
-    if store.own_environment:  # what the workflow's jobs read: rule system_env's record
-        store.use_environment(Path(config["memory"]["envs_dir"]) / f"{system}.json")
-    store.services = {"llm": llm, "dense": dense}  # what srb.store.opened_store sets
-    with memory_endpoint(llm, "qwen2.5-coder-0.5b", dense) as (endpoint, server):
+    store, endpoint_cm = open_store(root, system)
+    with endpoint_cm as (endpoint, server):
         handle = store.open(root / f"results/tiny/store/{system}", endpoint)
         try:
             modality = store.modalities[0]

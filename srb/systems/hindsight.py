@@ -47,6 +47,8 @@ from srb.systems.store import Endpoint, Item, StoreHandle, StoreSystem
 log = logging.getLogger(__name__)
 
 BANK = "srb"
+#: runs hindsight-api with its chunks' extractions handed over in chunk order
+ORDERED_LAUNCHER = Path(__file__).with_name("hindsight_ordered.py")
 EXTENSIONS = ("vector", "pg_trgm", "btree_gist")
 REFERENCE_TIME = "2026-01-01T00:00:00+00:00"  # every retained item's timestamp
 CHARS_PER_TOKEN = 4.0  # English prose under cl100k-style tokenizers (Hindsight's counter)
@@ -57,6 +59,25 @@ PAGE = 500
 LLM_CONCURRENCY = 8  # memory.hindsight.llm_concurrency's default
 MAX_FACTS = 6  # memory.hindsight.max_facts: items per array of its extraction answer
 MAX_FIELD_CHARS = 200  # memory.hindsight.max_field_chars: characters per free-text field
+
+
+#: Row ids that follow insertion order: every uuid column whose default is PostgreSQL's random
+#: `gen_random_uuid()` gets md5(table || counter) from a sequence of its own, so the same writes
+#: in the same order give the same ids (recall breaks score ties by fact id, `settle`).
+ORDERED_IDS_SQL = """
+DO $$
+DECLARE r record; seq text;
+BEGIN
+  FOR r IN SELECT table_schema, table_name, column_name FROM information_schema.columns
+           WHERE column_default LIKE '%gen_random_uuid()%' LOOP
+    seq := format('%I.%I', r.table_schema,
+                  left('srb_ids_' || r.table_name || '_' || r.column_name, 63));
+    EXECUTE format('CREATE SEQUENCE %s', seq);
+    EXECUTE format('ALTER TABLE %I.%I ALTER COLUMN %I SET DEFAULT md5(%L || nextval(%L))::uuid',
+                   r.table_schema, r.table_name, r.column_name, r.table_name || ':', seq);
+  END LOOP;
+END $$;
+"""
 
 
 def server_environment(
@@ -88,6 +109,8 @@ def server_environment(
         # endpoint still cuts every answer at memory.max_completion_tokens
         "HINDSIGHT_API_RETAIN_MAX_COMPLETION_TOKENS": str(RETAIN_MAX_COMPLETION_TOKENS),
         "HF_HUB_OFFLINE": "1",
+        # recall orders tied facts by iterating a set of their ids: one string hashing for all
+        "PYTHONHASHSEED": "0",
     }
     if options.get("structured_output", True):
         # its default sends the schema in the prompt with json_object; strict json_schema lets
@@ -140,7 +163,14 @@ class HindsightServer:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as out:
             self.proc = subprocess.Popen(
-                [str(venv / "bin" / "hindsight-api"), "--host", "127.0.0.1", "--port", str(port)],
+                [
+                    str(venv / "bin" / "python"),
+                    str(ORDERED_LAUNCHER),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                ],  # fmt: skip
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -277,7 +307,9 @@ class HindsightHandle(StoreHandle):
     def search(self, query: str, modality: str, knob: int) -> list[Item]:
         if modality != "recall":
             raise ValueError(f"hindsight has no modality {modality!r} (recall)")
-        body = {"query": query, "max_tokens": int(knob), "budget": "mid"}
+        # recall's temporal scoring is relative to the query's time: the items' own, not today
+        body = {"query": query, "max_tokens": int(knob), "budget": "mid",
+                "query_timestamp": REFERENCE_TIME}  # fmt: skip
         found = self.server.call(
             "POST", self.server.bank_path("/memories/recall"), "recall", json=body
         )
@@ -293,6 +325,21 @@ class HindsightHandle(StoreHandle):
 
     def close(self) -> None:
         self.server.stop()  # its PostgreSQL ran on a private copy, deleted with it
+
+
+def _retain(server: HindsightServer, paper: Paper) -> None:
+    """One paper as one retained item, synchronously (its facts are stored on return)."""
+    item = {
+        "content": paper.text,
+        "document_id": paper.id,
+        "timestamp": REFERENCE_TIME,
+        "context": paper.title or paper.id,
+        "metadata": {"paper_id": paper.id},
+    }
+    server.call(
+        "POST", server.bank_path("/memories"), f"retain {paper.id}",
+        json={"items": [item], "async": False},
+    )  # fmt: skip
 
 
 class HindsightSystem(StoreSystem):
@@ -370,20 +417,31 @@ class HindsightSystem(StoreSystem):
 
     def ingest_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> int:
         server = self._server(store_dir)
-        item = {
-            "content": paper.text,
-            "document_id": paper.id,
-            "timestamp": REFERENCE_TIME,
-            "context": paper.title or paper.id,
-            "metadata": {"paper_id": paper.id},
-        }
-        server.call(
-            "POST",
-            server.bank_path("/memories"),
-            f"retain {paper.id}",
-            json={"items": [item], "async": False},
-        )
+        _retain(server, paper)
         return len(HindsightHandle(server)._list(paper.id))
+
+    def settle(self, store_dir: Path, endpoint: Endpoint, papers: Sequence[Paper]) -> None:
+        """The store again from its model answers, one paper after another in the given order.
+
+        Why: a retain resolves its facts' entities and links against what is already stored,
+        so papers retained concurrently (as `ingest_paper` is called) give a store that
+        depends on which finished first; rebuilt from the same answers, it recalled different
+        facts for 15 of 20 questions (bench/store_repeatability.py). Here the bank is emptied
+        and each paper retained again: every model and embedding call is now a call-cache hit
+        (seconds), the chunks of a paper are handed over in chunk order (hindsight_ordered.py)
+        and new rows get ids in insertion order (ORDERED_IDS_SQL)."""
+        server = self._server(store_dir)
+        server.call("DELETE", server.bank_path(), "delete bank (to retain in order)")
+        # rows without an ORDER BY come back in the order they lie in the table: no dead
+        # space left by the deleted bank, and none reclaimed by autovacuum at a moment of its own
+        server.pg.query("ALTER SYSTEM SET autovacuum = off")
+        server.pg.query("SELECT pg_reload_conf()")
+        server.pg.query("VACUUM FULL")
+        server.pg.query(ORDERED_IDS_SQL)
+        server.call("PUT", server.bank_path(), "create bank", json={"name": BANK})
+        for paper in papers:
+            _retain(server, paper)
+        log.info("hindsight: %d paper(s) retained again, in order", len(papers))
 
     def forget_paper(self, paper: Paper, store_dir: Path, endpoint: Endpoint) -> None:
         server = self._server(store_dir)

@@ -241,6 +241,14 @@ class StoreSystem(ABC):
     def finish(self, store_dir: Path, endpoint: Endpoint) -> None:  # noqa: B027
         """Flush and close whatever ingest left open, before the store is moved into place."""
 
+    def settle(  # noqa: B027
+        self, store_dir: Path, endpoint: Endpoint, papers: Sequence[Paper]
+    ) -> None:
+        """After every paper is in (`papers`: those that went in, in the order given), before
+        the items are listed: a system whose store depends on the order in which its
+        concurrent ingests completed rebuilds it here in a fixed order (Hindsight), so the
+        same model answers always give the same store."""
+
     def live_items(self, store_dir: Path, endpoint: Endpoint) -> list[Item] | None:
         """Everything stored, read from the ingest's still-open store just before `finish`;
         None = export through `open` after `finish`. For a system whose `open` starts
