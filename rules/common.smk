@@ -422,8 +422,14 @@ def synthesis_templates(wildcards):
 
 
 def llm_cells():
-    """(system, modality, budget) of every cell that is synthesized and judged."""
-    cells = retrieval_grid(LLM["systems"])
+    """(system, modality, budget) of every cell that is synthesized and judged: a unit
+    system's in `llm.modalities` (null = all), a store system's in its own."""
+    synthesized = LLM.get("modalities") or MODALITIES
+    cells = [
+        (s, m, b)
+        for s, m, b in retrieval_grid(LLM["systems"])
+        if s in STORE_MODALITIES or m in synthesized
+    ]
     if "base" in LLM["llm_only"]:
         cells.append(("base", "none", "native"))
     if "direct_read" in LLM["llm_only"]:

@@ -89,6 +89,12 @@ def check_llm_config(config: dict[str, Any], source: str = "config") -> None:
             raise ConfigError(
                 f"{source}: llm.systems: {name!r} is not in systems or memory.systems"
             )
+    for name in llm.get("modalities") or []:
+        if name not in config.get("modalities", []):
+            raise ConfigError(
+                f"{source}: llm.modalities: {name!r} is not in modalities "
+                f"({', '.join(config.get('modalities', []))})"
+            )
     try:
         parse_budget(llm.get("direct_read_budget", "6K"))
     except ValueError as exc:

@@ -68,6 +68,13 @@ def test_llm_system_not_among_retrieval_systems(config: dict[str, Any]) -> None:
         check_llm_config(config)
 
 
+def test_a_synthesized_modality_must_be_a_restored_one(config: dict[str, Any]) -> None:
+    config["modalities"] = ["dense", "hybrid"]
+    config["llm"]["modalities"] = ["hybrid", "bm25"]
+    with pytest.raises(ConfigError, match=r"my.yaml: llm\.modalities: 'bm25' is not in modalities"):
+        check_llm_config(config, "my.yaml")
+
+
 @pytest.mark.parametrize("budget", ["6Q", "-5", "0", "lots", "native6K"])
 def test_bad_direct_read_budget(config: dict[str, Any], budget: str) -> None:
     config["llm"]["direct_read_budget"] = budget

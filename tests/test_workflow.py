@@ -341,6 +341,15 @@ def test_the_default_llm_judge_scores_native_cells_and_the_rubric_judge_every_ce
     native = {c for c in synth if c[2] == "native" or c[0] in ("base", "direct_read")}
     assert judged["smollm2-135m"] == native
     assert ("direct_read", "none", "6K") in native and len(native) < len(synth)
+    # llm.modalities [dense, hybrid]: Simple RAG's BM25 cells are restored, not synthesized
+    restored = {
+        (j.wildcards["system"], j.wildcards["modality"])
+        for j in jobs
+        if j.rule == "restore_context"
+    }
+    assert ("simple_rag", "bm25") in restored  # every budget's cell in one job
+    assert {c[1] for c in synth if c[0] == "simple_rag"} == {"dense", "hybrid"}
+    assert {c[1] for c in synth if c[0] == "mem0"} == {"dense", "hybrid"}  # a store's own
 
 
 def test_the_ingest_of_one_long_chain_of_calls_starts_first():
