@@ -170,7 +170,7 @@ class HindsightServer:
                     "127.0.0.1",
                     "--port",
                     str(port),
-                ],  # fmt: skip
+                ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
