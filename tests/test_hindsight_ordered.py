@@ -8,7 +8,6 @@ import asyncio
 import hashlib
 import subprocess
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +15,8 @@ from srb.data.schema import Paper
 from srb.systems.hindsight import BANK, ORDERED_IDS_SQL, ORDERED_LAUNCHER, HindsightSystem
 from srb.systems.hindsight_ordered import in_call_order
 from srb.systems.store import Endpoint
+from tests.hindsight_env import hindsight_venv
 
-REPO = Path(__file__).resolve().parents[1]
 ENDPOINT = Endpoint("http://127.0.0.1:4321/v1", "qwen2.5-coder-0.5b", "minilm", 384)
 
 
@@ -66,9 +65,6 @@ def test_a_failed_call_does_not_hold_back_the_calls_after_it() -> None:
 
 def test_the_pinned_hindsight_has_what_the_launcher_orders() -> None:
     """In the venv the workflow builds: the patched function exists and is replaced."""
-    from srb.system_env import ensure_env
-
-    record = ensure_env("hindsight", REPO / "envs/hindsight.txt", REPO / "cache/envs/hindsight")
     code = (
         "import runpy, sys; sys.argv = ['x']; "
         f"ns = runpy.run_path({str(ORDERED_LAUNCHER)!r}, run_name='not_main'); ns['install'](); "
@@ -76,7 +72,7 @@ def test_the_pinned_hindsight_has_what_the_launcher_orders() -> None:
         "print(o._extract_and_embed.__qualname__)"
     )
     out = subprocess.run(
-        [str(Path(record["venv"]) / "bin/python"), "-c", code],
+        [str(hindsight_venv() / "bin/python"), "-c", code],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
@@ -127,10 +123,8 @@ def test_settle_retains_the_papers_again_one_by_one_into_compacted_tables(tmp_pa
 @pytest.mark.integration
 def test_new_rows_get_ids_in_insertion_order_on_a_real_postgresql() -> None:
     from srb.pg import bin_dir, private_postgres
-    from srb.system_env import ensure_env
 
-    record = ensure_env("hindsight", REPO / "envs/hindsight.txt", REPO / "cache/envs/hindsight")
-    with private_postgres(bin_dir(record["venv"])) as pg:
+    with private_postgres(bin_dir(hindsight_venv())) as pg:
         pg.query(
             "create table facts(id uuid primary key default gen_random_uuid(), t text);"
             "create table links(id uuid default gen_random_uuid(), n int)"

@@ -14,7 +14,7 @@ import pytest
 
 from srb.errors import ConfigError
 from srb.pg import CLUSTER_DIR, PostgresError, bin_dir, private_postgres
-from srb.system_env import ensure_env
+from tests.hindsight_env import hindsight_venv
 
 pytestmark = pytest.mark.integration
 
@@ -24,8 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def bins() -> Path:
     """The binaries of the venv the workflow builds (reused while envs/hindsight.txt holds)."""
-    record = ensure_env("hindsight", REPO / "envs/hindsight.txt", REPO / "cache/envs/hindsight")
-    return bin_dir(record["venv"])
+    return bin_dir(hindsight_venv())
 
 
 def _servers_under(runtime: Path) -> list[str]:
