@@ -445,13 +445,32 @@ if LLM:
 
 def judged_cells(judge):
     """The cells `judge` scores: the rubric judge every cell; an LLM judge every cell, or with
-    `llm.judge_scope: native` the native cells and base/direct_read only (its analyses then
-    cover those cells and say so)."""
-    if judge == "rubric" or LLM.get("judge_scope", "all") == "all":
+    `llm.judge_scope: native` the native cells and base/direct_read only, and of those only
+    the cells of `llm.judge_systems` when set (its analyses then cover those cells and say so).
+    """
+    if judge == "rubric":
         return llm_cells()
-    return [
-        c for c in llm_cells() if c[2] == "native" or c[0] in ("base", "direct_read")
-    ]
+    cells = llm_cells()
+    if LLM.get("judge_scope", "all") == "native":
+        cells = [
+            c for c in cells if c[2] == "native" or c[0] in ("base", "direct_read")
+        ]
+    if LLM.get("judge_systems") is not None:
+        cells = [c for c in cells if c[0] in LLM["judge_systems"]]
+    return cells
+
+
+def judged_subset(judge):
+    """How `judge`'s cells are a subset of the synthesized ones, for its tables' titles ("" for
+    every cell)."""
+    if len(judged_cells(judge)) == len(llm_cells()):
+        return ""
+    limits = []
+    if LLM.get("judge_scope", "all") == "native":
+        limits.append("native cells and base/direct_read: llm.judge_scope")
+    if LLM.get("judge_systems") is not None:
+        limits.append(f"systems {', '.join(LLM['judge_systems'])}: llm.judge_systems")
+    return "; ".join(limits)
 
 
 def judged_budgets(judge):

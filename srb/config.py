@@ -89,6 +89,13 @@ def check_llm_config(config: dict[str, Any], source: str = "config") -> None:
             raise ConfigError(
                 f"{source}: llm.systems: {name!r} is not in systems or memory.systems"
             )
+    synthesized = [*llm.get("systems", []), *llm.get("llm_only", [])]
+    for name in llm.get("judge_systems") or []:
+        if name not in synthesized:
+            raise ConfigError(
+                f"{source}: llm.judge_systems: {name!r} is not synthesized "
+                f"(llm.systems or llm.llm_only: {', '.join(synthesized)})"
+            )
     for name in llm.get("modalities") or []:
         if name not in config.get("modalities", []):
             raise ConfigError(

@@ -340,7 +340,8 @@ def test_a_contrast_on_a_cell_the_judge_does_not_score_is_not_applicable(tmp_pat
         table, [("scoped", SRH_2K, BASE), ("both", BASE, BASE)], 200, 0, 0.95, judged={BASE}
     )
     assert rows[0]["ci"] == (
-        "not applicable: judge qwen does not score simple_rag/hybrid/2K (llm.judge_scope)"
+        "not applicable: judge qwen does not score simple_rag/hybrid/2K "
+        "(llm.judge_scope, llm.judge_systems)"
     )
     assert (rows[0]["n"], rows[0]["mark"]) == (0, "")
     assert "delta" not in rows[0]

@@ -75,6 +75,17 @@ def test_a_synthesized_modality_must_be_a_restored_one(config: dict[str, Any]) -
         check_llm_config(config, "my.yaml")
 
 
+def test_an_llm_judged_system_must_be_a_synthesized_one(config: dict[str, Any]) -> None:
+    config["llm"]["llm_only"] = ["base"]
+    config["llm"]["judge_systems"] = ["base", "direct_read"]
+    with pytest.raises(
+        ConfigError, match=r"my.yaml: llm\.judge_systems: 'direct_read' is not synthesized"
+    ):
+        check_llm_config(config, "my.yaml")
+    config["llm"]["judge_systems"] = ["base", *config["llm"]["systems"]]
+    check_llm_config(config, "my.yaml")
+
+
 @pytest.mark.parametrize("budget", ["6Q", "-5", "0", "lots", "native6K"])
 def test_bad_direct_read_budget(config: dict[str, Any], budget: str) -> None:
     config["llm"]["direct_read_budget"] = budget

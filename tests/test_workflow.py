@@ -319,8 +319,8 @@ def test_default_runs_the_ingest_model_before_any_synthesis_or_llm_judge():
 
 
 def test_the_default_llm_judge_scores_native_cells_and_the_rubric_judge_every_cell():
-    """llm.judge_scope: native in the default: the 135M judge scores the native cells and
-    base/direct_read, the rubric judge every synthesized cell."""
+    """llm.judge_scope: native and llm.judge_systems in the default: the 135M judge scores the
+    native cells of Simple RAG and base/direct_read, the rubric judge every synthesized cell."""
     from srb.paper_cost import parse_dry_run
 
     proc = subprocess.run(
@@ -339,8 +339,11 @@ def test_the_default_llm_judge_scores_native_cells_and_the_rubric_judge_every_ce
             judged.setdefault(j.wildcards["judge"], set()).add(cell(j))
     assert judged["rubric"] == synth
     native = {c for c in synth if c[2] == "native" or c[0] in ("base", "direct_read")}
-    assert judged["smollm2-135m"] == native
-    assert ("direct_read", "none", "6K") in native and len(native) < len(synth)
+    # llm.judge_systems: of those, Simple RAG's and the LLM-only cells
+    llm_judged = {c for c in native if c[0] in ("simple_rag", "base", "direct_read")}
+    assert judged["smollm2-135m"] == llm_judged
+    assert ("direct_read", "none", "6K") in llm_judged and ("mem0", "dense", "native") in native
+    assert len(llm_judged) == 4 and len(native) < len(synth)
     # llm.modalities [dense, hybrid]: Simple RAG's BM25 cells are restored, not synthesized
     restored = {
         (j.wildcards["system"], j.wildcards["modality"])

@@ -19,6 +19,6 @@ with job_logging(snakemake.log[0], f"leaderboard[{wc.corpus}/{wc.synth}/{wc.judg
     )
     title = f"{wc.corpus}: synthesizer {wc.synth}, judge {wc.judge}"
     if snakemake.params.partial:
-        title += " (native cells only: llm.judge_scope)"
+        title += f" (only {snakemake.params.partial})"
     write_leaderboard(rows, title, snakemake.output.csv, snakemake.output.md)
     budget_sweep_figure(rows, title, snakemake.output.png)
