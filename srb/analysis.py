@@ -52,8 +52,7 @@ def bootstrap_rows(
     """One row per contrast; the `*` mark needs the CI to exclude 0 *and* n >= min_n, since a
     percentile interval over a handful of questions is far too narrow to mean anything.
     `judged`: the cells this judge scored (llm.judge_scope, llm.judge_systems); a contrast on
-    another cell is
-    marked not applicable, not computed on nothing."""
+    another cell is marked not applicable, not computed on nothing."""
     rows = []
     for label, a, b in contrasts:
         _, xa, xb, excluded = table.paired(a, b)
@@ -62,8 +61,8 @@ def bootstrap_rows(
         unjudged = [cell_label(c) for c in (a, b) if judged is not None and c not in judged]
         if unjudged:
             row.update({"ci": f"not applicable: judge {table.judge} does not score "
-                        f"{' or '.join(unjudged)} (llm.judge_scope, llm.judge_systems)", "mark": "", "n": 0,
-                        "n_excluded": 0})  # fmt: skip
+                        f"{' or '.join(unjudged)} (llm.judge_scope, llm.judge_systems)",
+                        "mark": "", "n": 0, "n_excluded": 0})  # fmt: skip
         elif not xa:
             row.update({"ci": "not applicable: no question scored validly in both cells",
                         "mark": ""})  # fmt: skip
