@@ -59,7 +59,7 @@ rule leaderboard:
         runtime=10,
     params:
         grid=lambda wc: judged_cells(wc.judge),
-        partial=lambda wc: judged_subset(wc.judge),
+        judged_subset=lambda wc: judged_subset(wc.judge),
         systems=LLM["systems"] if LLM else [],
         internal=INTERNAL_CELLS,
     script:

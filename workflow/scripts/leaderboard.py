@@ -18,7 +18,7 @@ with job_logging(snakemake.log[0], f"leaderboard[{wc.corpus}/{wc.synth}/{wc.judg
         Path(snakemake.input.questions).parent, cells, doctor, snakemake.params.internal
     )
     title = f"{wc.corpus}: synthesizer {wc.synth}, judge {wc.judge}"
-    if snakemake.params.partial:
-        title += f" (only {snakemake.params.partial})"
+    if snakemake.params.judged_subset:
+        title += f" (only {snakemake.params.judged_subset})"
     write_leaderboard(rows, title, snakemake.output.csv, snakemake.output.md)
     budget_sweep_figure(rows, title, snakemake.output.png)
